@@ -1,0 +1,58 @@
+# The two commands: `make demo` and `make test`. Both run scripts/setup.sh
+# first, which creates (once) the cached virtualenv holding the pinned
+# libtorch (PyPI torch 2.13.0, for tch 0.26) and the test tools.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+VENV := $(shell bash scripts/setup.sh)
+ifeq ($(VENV),)
+$(error scripts/setup.sh failed)
+endif
+export PATH := $(VENV)/bin:$(PATH)
+export LIBTORCH_USE_PYTORCH := 1
+
+LIB := target/release/libenkai_tensor.so
+CC ?= cc
+CFLAGS := -std=c11 -O1 -g -Wall -Wextra -Werror -Iinclude
+LDLIBS := -Ltarget/release -lenkai_tensor -Wl,-rpath,$(CURDIR)/target/release -lpthread -lm
+VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+            --show-leak-kinds=definite --suppressions=capi-tests/valgrind.supp
+CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_*.c))
+
+.PHONY: demo test build header rust-test nofeature-test capi-test bench clean
+
+demo: build build/examples/quickstart
+	build/examples/quickstart
+
+test: build rust-test nofeature-test capi-test
+	@echo "all test suites passed"
+
+build:
+	cargo build --release
+
+header:
+	ENKAI_UPDATE_HEADER=1 cargo test --release --test header
+
+rust-test: build
+	cargo test --release
+
+# The core (handles, errors, strings, JSON) without libtorch.
+nofeature-test:
+	cargo test --no-default-features
+
+build/capi/%: capi-tests/%.c capi-tests/check.h include/enkai_tensor.h $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Icapi-tests $< -o $@ $(LDLIBS)
+
+build/examples/%: examples-c/%.c include/enkai_tensor.h $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+capi-test: build $(CAPI_TESTS)
+	@for t in $(CAPI_TESTS); do echo "== $$t (valgrind)"; $(VALGRIND) $$t; done
+
+bench: build
+	cargo bench --bench handles
+
+clean:
+	rm -rf build target

@@ -1,0 +1,266 @@
+/* Handles, errors, strings and the live counters through the C ABI. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include "check.h"
+
+static void test_library(void) {
+    CHECK(enkai_abi_version() >> 32 == 1);
+    char *s = NULL;
+    size_t n = 0;
+    CHECK(enkai_backend_list(&s, &n) == 0);
+    CHECK(s && strcmp(s, "[\"torch\",\"cpu\"]") == 0 && n == strlen(s));
+    enkai_tensor_string_free(s);
+    CHECK(enkai_backend_current(&s, &n) == 0 && strcmp(s, "torch") == 0);
+    free(s); /* plain free is a valid way to release output strings */
+    CHECK(enkai_backend_list(NULL, &n) == 1);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(enkai_backend_list(&s, NULL) == 1);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(enkai_backend_set("tensorflow") == 1);
+    CHECK_ERR(E_BACKEND_UNKNOWN);
+    CHECK(enkai_backend_set(NULL) == 1);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(enkai_backend_set("cpu") == 0);
+    CHECK_OK();
+    CHECK(enkai_backend_current(&s, &n) == 0 && strcmp(s, "cpu") == 0 && n == 3);
+    enkai_free((uint8_t *)s, n);
+    CHECK(enkai_backend_set("torch") == 0);
+    enkai_free(NULL, 0);
+    enkai_tensor_string_free(NULL);
+}
+
+static void test_devices(void) {
+    int64_t base = enkai_tensor_live_devices();
+    int64_t cpu = enkai_tensor_device("cpu");
+    CHECK(cpu > 0 && cpu < (1LL << 53));
+    int64_t autod = enkai_tensor_device("auto");
+    CHECK(autod > 0);
+    CHECK(enkai_tensor_device("gpu") == 0);
+    CHECK_ERR(E_INVALID_ARG);
+    CHECK(enkai_tensor_device("cuda:01") == 0);
+    CHECK_ERR(E_INVALID_ARG);
+    CHECK(enkai_tensor_device("cuda:4096") == 0);
+    CHECK_ERR(E_DEVICE);
+    CHECK(enkai_tensor_device(NULL) == 0);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(enkai_tensor_live_devices() == base + 2);
+    CHECK(enkai_tensor_device_retain(cpu) == 0);
+    CHECK(enkai_tensor_device_free(cpu) == 0);
+    CHECK(enkai_tensor_live_devices() == base + 2);
+    CHECK(enkai_tensor_device_free(cpu) == 0);
+    CHECK(enkai_tensor_device_free(cpu) == 1);
+    CHECK_ERR(E_HANDLE_STALE);
+    CHECK(enkai_tensor_device_free(autod) == 0);
+    CHECK(enkai_tensor_live_devices() == base);
+}
+
+static void test_handles(int64_t dev) {
+    int64_t base = enkai_tensor_live_tensors();
+    int64_t t = enkai_tensor_randn("[2,3]", "fp32", dev);
+    CHECK(t > 0 && t < (1LL << 53));
+    CHECK_OK();
+    CHECK(enkai_tensor_live_tensors() == base + 1);
+    CHECK(enkai_tensor_retain(t) == 0);
+    CHECK(enkai_tensor_free(t) == 0);
+    CHECK(enkai_tensor_numel(t) == 6);
+    CHECK(enkai_tensor_free(t) == 0);
+    CHECK(enkai_tensor_live_tensors() == base);
+    /* stale: double free and use after free */
+    CHECK(enkai_tensor_free(t) == 1);
+    CHECK_ERR(E_HANDLE_STALE);
+    CHECK(enkai_tensor_numel(t) == -1);
+    CHECK_ERR(E_HANDLE_STALE);
+    CHECK(isnan(enkai_tensor_item(t)));
+    CHECK_ERR(E_HANDLE_STALE);
+    /* the slot is reused under a new generation; the old handle stays stale */
+    int64_t u = enkai_tensor_zeros("[1]", "fp32", dev);
+    CHECK(u > 0 && u != t);
+    CHECK(enkai_tensor_retain(t) == 1);
+    CHECK_ERR(E_HANDLE_STALE);
+    /* wrong kind, invented, zero, negative */
+    CHECK(enkai_tensor_free(dev) == 1);
+    CHECK_ERR(E_HANDLE_KIND);
+    CHECK(enkai_tensor_device_free(u) == 1);
+    CHECK_ERR(E_HANDLE_KIND);
+    CHECK(enkai_tensor_randn("[2]", "fp32", u) == 0);
+    CHECK_ERR(E_HANDLE_KIND);
+    CHECK(enkai_tensor_numel(0) == -1);
+    CHECK_ERR(E_HANDLE_INVALID);
+    CHECK(enkai_tensor_numel(-5) == -1);
+    CHECK_ERR(E_HANDLE_INVALID);
+    CHECK(enkai_tensor_numel(123456789) == -1);
+    CHECK_ERR(E_HANDLE_INVALID);
+    CHECK(enkai_tensor_numel(u + 1000) == -1);
+    CHECK_ERR(E_HANDLE_INVALID);
+    CHECK(enkai_tensor_item(u) == 0.0);
+    CHECK_OK();
+    CHECK(enkai_tensor_free(u) == 0);
+    CHECK(enkai_tensor_live_tensors() == base);
+}
+
+static void test_bad_arguments(int64_t dev) {
+    int64_t base = enkai_tensor_live_tensors();
+    const char *bad_shapes[] = {"[2,x]", "[2.5]", "[[2],3]", "[99999999999999999999]", "2,3",
+                                "[2,-3]", "[1,]", "", "[1e3]"};
+    for (size_t i = 0; i < sizeof bad_shapes / sizeof *bad_shapes; i++) {
+        CHECK(enkai_tensor_zeros(bad_shapes[i], "fp32", dev) == 0);
+        CHECK_ERR(E_INVALID_ARG);
+    }
+    CHECK(strstr(enkai_tensor_last_error(), "1e3") != NULL);
+    CHECK(enkai_tensor_zeros(NULL, "fp32", dev) == 0);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(enkai_tensor_zeros("[2]", NULL, dev) == 0);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(enkai_tensor_zeros("[2]", "float", dev) == 0);
+    CHECK_ERR(E_INVALID_ARG);
+    CHECK(enkai_tensor_zeros("[2]", "FP32", dev) == 0);
+    CHECK_ERR(E_INVALID_ARG);
+    const char bad_utf8[] = {'[', '2', (char)0xff, ']', 0};
+    CHECK(enkai_tensor_zeros(bad_utf8, "fp32", dev) == 0);
+    CHECK_ERR(E_INVALID_ARG);
+    CHECK(strstr(enkai_tensor_last_error(), "UTF-8") != NULL);
+    CHECK(enkai_tensor_randn("[2]", "int64", dev) == 0);
+    CHECK_ERR(E_DTYPE);
+    float four[4] = {1, 2, 3, 4};
+    CHECK(enkai_tensor_from_data(four, 12, "[4]", "fp32", dev) == 0);
+    CHECK_ERR(E_SHAPE);
+    CHECK(enkai_tensor_from_data(NULL, 16, "[4]", "fp32", dev) == 0);
+    CHECK_ERR(E_NULL_POINTER);
+    unsigned char bad_bool[2] = {1, 2};
+    CHECK(enkai_tensor_from_data(bad_bool, 2, "[2]", "bool", dev) == 0);
+    CHECK_ERR(E_INVALID_ARG);
+    int64_t t = enkai_tensor_from_data(four, 16, "[2,2]", "fp32", dev);
+    CHECK(t > 0);
+    float out[4] = {0};
+    CHECK(enkai_tensor_copy_to(t, out, 15) == 1);
+    CHECK_ERR(E_SHAPE);
+    CHECK(out[0] == 0.0f); /* nothing written */
+    CHECK(enkai_tensor_copy_to(t, NULL, 16) == 1);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(isnan(enkai_tensor_item(t)));
+    CHECK_ERR(E_SHAPE);
+    char *s = (char *)0x1;
+    size_t n = 7;
+    CHECK(enkai_tensor_dtype(t, NULL, &n) == 1 && n == 7);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(enkai_tensor_dtype(t, &s, NULL) == 1 && s == (char *)0x1);
+    CHECK_ERR(E_NULL_POINTER);
+    EnkaiSlice sl = enkai_tensor_shape(dev);
+    CHECK(sl.ptr == NULL && sl.len == 0);
+    CHECK_ERR(E_HANDLE_KIND);
+    uint32_t ids[6] = {1, 2, 3, 4, 5, 6};
+    CHECK(enkai_tensor_ids_u32(ids, 6, 2, 4, dev) == 0);
+    CHECK_ERR(E_SHAPE);
+    CHECK(enkai_tensor_ids_u32(NULL, 6, 2, 3, dev) == 0);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(enkai_tensor_free(t) == 0);
+    CHECK(enkai_tensor_live_tensors() == base);
+}
+
+static void test_metadata(int64_t dev) {
+    int64_t t = enkai_tensor_full("[2,3,1]", 2.5, "bf16", dev);
+    CHECK(enkai_tensor_numel(t) == 6);
+    EnkaiSlice sl = enkai_tensor_shape(t);
+    CHECK(sl.len == 7 && memcmp(sl.ptr, "[2,3,1]", 7) == 0);
+    enkai_free(sl.ptr, sl.len);
+    char *s = NULL;
+    size_t n = 0;
+    CHECK(enkai_tensor_dtype(t, &s, &n) == 0 && strcmp(s, "bf16") == 0 && n == 4);
+    enkai_tensor_string_free(s);
+    enkai_tensor_free(t);
+
+    int64_t scalar = enkai_tensor_full("[]", -3.25, "f64", dev);
+    sl = enkai_tensor_shape(scalar);
+    CHECK(sl.len == 2 && memcmp(sl.ptr, "[]", 2) == 0);
+    free(sl.ptr);
+    CHECK(enkai_tensor_item(scalar) == -3.25);
+    CHECK(enkai_tensor_dtype(scalar, &s, &n) == 0 && strcmp(s, "fp64") == 0);
+    enkai_free((uint8_t *)s, n);
+    enkai_tensor_free(scalar);
+
+    int64_t one = enkai_tensor_ones("[1,1]", "int32", dev);
+    CHECK(enkai_tensor_item(one) == 1.0);
+    enkai_tensor_free(one);
+
+    int64_t empty = enkai_tensor_zeros("[0,3]", "fp32", dev);
+    CHECK(empty > 0 && enkai_tensor_numel(empty) == 0);
+    CHECK(enkai_tensor_copy_to(empty, NULL, 0) == 0);
+    enkai_tensor_free(empty);
+
+    uint32_t ids[6] = {0, 7, 4294967295u, 3, 2, 1};
+    int64_t it = enkai_tensor_ids_u32(ids, 6, 2, 3, dev);
+    int64_t back[6];
+    CHECK(enkai_tensor_copy_to(it, back, sizeof back) == 0);
+    CHECK(back[1] == 7 && back[2] == 4294967295LL && back[5] == 1);
+    sl = enkai_tensor_shape(it);
+    CHECK(sl.len == 5 && memcmp(sl.ptr, "[2,3]", 5) == 0);
+    enkai_free(sl.ptr, sl.len);
+    enkai_tensor_free(it);
+}
+
+static void test_seed(int64_t dev) {
+    float a[8], b[8];
+    CHECK(enkai_tensor_manual_seed(42) == 0);
+    int64_t x = enkai_tensor_randn("[8]", "fp32", dev);
+    CHECK(enkai_tensor_manual_seed(42) == 0);
+    int64_t y = enkai_tensor_randn("[8]", "fp32", dev);
+    int64_t z = enkai_tensor_randn("[8]", "fp32", dev);
+    float c[8];
+    enkai_tensor_copy_to(x, a, sizeof a);
+    enkai_tensor_copy_to(y, b, sizeof b);
+    enkai_tensor_copy_to(z, c, sizeof c);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(memcmp(a, c, sizeof a) != 0);
+    enkai_tensor_free(x);
+    enkai_tensor_free(y);
+    enkai_tensor_free(z);
+}
+
+/* Every dtype survives from_data -> copy_to bit for bit. */
+static void test_round_trip(int64_t dev) {
+    static const struct { const char *name; const char *alias; size_t size; } dtypes[] = {
+        {"fp32", "f32", 4}, {"fp16", "f16", 2}, {"bf16", "bf16", 2}, {"fp64", "f64", 8},
+        {"int64", "i64", 8}, {"int32", "i32", 4}, {"bool", "bool", 1}, {"uint8", "u8", 1},
+    };
+    for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++) {
+        unsigned char in[6 * 8], out[6 * 8 + 4];
+        size_t nb = 6 * dtypes[d].size;
+        for (size_t i = 0; i < nb; i++)
+            in[i] = strcmp(dtypes[d].name, "bool") == 0 ? (unsigned char)(i % 2) : (unsigned char)(i * 37 + 11);
+        /* keep half-precision bit patterns finite and non-NaN so they round trip exactly */
+        if (dtypes[d].size == 2)
+            for (size_t i = 1; i < nb; i += 2) in[i] &= 0x3f;
+        int64_t t = enkai_tensor_from_data(in, nb, "[2,3]", dtypes[d].alias, dev);
+        CHECK(t > 0);
+        memset(out, 0xAB, sizeof out);
+        CHECK(enkai_tensor_copy_to(t, out, sizeof out) == 0); /* a larger buffer is fine */
+        CHECK(memcmp(in, out, nb) == 0);
+        CHECK(out[nb] == 0xAB); /* exactly nb bytes written */
+        char *s = NULL;
+        size_t n = 0;
+        CHECK(enkai_tensor_dtype(t, &s, &n) == 0 && strcmp(s, dtypes[d].name) == 0);
+        enkai_tensor_string_free(s);
+        CHECK(enkai_tensor_free(t) == 0);
+    }
+}
+
+int main(void) {
+    int64_t tensors0 = enkai_tensor_live_tensors(), devices0 = enkai_tensor_live_devices();
+    test_library();
+    test_devices();
+    int64_t dev = enkai_tensor_device("cpu");
+    test_handles(dev);
+    test_bad_arguments(dev);
+    test_metadata(dev);
+    test_seed(dev);
+    test_round_trip(dev);
+    CHECK(enkai_backend_set("cpu") == 0);
+    test_round_trip(dev);
+    CHECK(enkai_backend_set("torch") == 0);
+    CHECK(enkai_tensor_device_free(dev) == 0);
+    CHECK(enkai_tensor_live_tensors() == tensors0);
+    CHECK(enkai_tensor_live_devices() == devices0);
+    CHECK(enkai_tensor_live_opts() == 0 && enkai_tensor_live_scalers() == 0);
+    return SUMMARY("capi lifecycle");
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Creates (once) the cached virtualenv that provides libtorch, Python torch
+# (the test oracle) and the test tools. Idempotent; prints the venv path last.
+set -euo pipefail
+
+TORCH_VERSION=2.13.0   # the libtorch that tch 0.26 is built against
+CACHE="${ENKAI_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/enkai_tensor}"
+VENV="${ENKAI_VENV:-$CACHE/venv-torch-$TORCH_VERSION}"
+PY="${PYTHON:-python3}"
+
+stamp="$VENV/.enkai-setup-v1"
+if [ ! -f "$stamp" ]; then
+  echo "setup: creating $VENV (torch==$TORCH_VERSION, ~5 GB, once)" >&2
+  mkdir -p "$CACHE"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy pytest safetensors >&2
+  touch "$stamp"
+fi
+
+if ! command -v valgrind >/dev/null 2>&1; then
+  echo "setup: installing valgrind" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq >&2 && apt-get install -y -qq valgrind >&2
+  else sudo apt-get update -qq >&2 && sudo apt-get install -y -qq valgrind >&2; fi
+fi
+echo "$VENV"

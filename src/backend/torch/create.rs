@@ -1,0 +1,37 @@
+//! Creating tensors and seeding.
+
+use super::{kind, tdevice, torch_err, Raw};
+use crate::backend::Init;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::Result;
+
+pub fn cuda_device_count() -> i64 {
+    tch::Cuda::device_count()
+}
+
+pub fn manual_seed(seed: i64) -> Result<()> {
+    tch::manual_seed(seed);
+    Ok(())
+}
+
+pub fn fill(shape: &[i64], dtype: DType, dev: Device, init: Init) -> Result<Raw> {
+    let opts = (kind(dtype), tdevice(dev));
+    let t = match init {
+        Init::Randn => tch::Tensor::f_randn(shape, opts),
+        Init::Zeros => tch::Tensor::f_zeros(shape, opts),
+        Init::Ones => tch::Tensor::f_ones(shape, opts),
+        Init::Full(v) => tch::Tensor::f_full(shape, v, opts),
+    };
+    t.map(Raw).map_err(torch_err)
+}
+
+/// Copies `bytes` (already checked to be numel × itemsize) into a new tensor on `dev`.
+pub fn from_bytes(bytes: &[u8], shape: &[i64], dtype: DType, dev: Device) -> Result<Raw> {
+    let t = tch::Tensor::f_from_data_size(bytes, shape, kind(dtype)).map_err(torch_err)?;
+    let t = match dev {
+        Device::Cpu => t,
+        _ => t.f_to_device(tdevice(dev)).map_err(torch_err)?,
+    };
+    Ok(Raw(t))
+}

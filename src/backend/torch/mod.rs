@@ -1,0 +1,79 @@
+//! libtorch through `tch`. Only fallible `f_*` methods are used, so libtorch's
+//! C++ exceptions arrive here as `TchError` values and leave as `E_TORCH`.
+
+mod create;
+mod data;
+mod ops;
+
+pub use create::*;
+pub use data::*;
+pub use ops::*;
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::Error;
+
+pub const BUILT: bool = true;
+
+/// A libtorch tensor shared between threads through the handle registry.
+pub struct Raw(pub tch::Tensor);
+
+// SAFETY: `at::Tensor` is an intrusive, atomically ref-counted pointer and
+// libtorch ops may read one tensor from several threads at once (PyTorch
+// itself shares tensors between Python threads). `tch::Tensor` is already
+// `Send`; we only add shared access, which the ABI documents as the caller's
+// responsibility to order when it mutates in place.
+unsafe impl Sync for Raw {}
+
+pub fn unavailable() -> Error {
+    crate::err!(E_BACKEND_UNAVAILABLE, "the torch backend is not available")
+}
+
+/// Converts a libtorch error into `E_TORCH`, keeping the message but not the C++ backtrace.
+pub fn torch_err(e: tch::TchError) -> Error {
+    let text = e.to_string();
+    let short = text.split("\nException raised from").next().unwrap_or(&text);
+    let short = short.trim_start_matches("Internal torch error: ").trim();
+    crate::err!(E_TORCH, "{short}")
+}
+
+pub(crate) fn kind(d: DType) -> tch::Kind {
+    match d {
+        DType::F32 => tch::Kind::Float,
+        DType::F16 => tch::Kind::Half,
+        DType::BF16 => tch::Kind::BFloat16,
+        DType::F64 => tch::Kind::Double,
+        DType::I64 => tch::Kind::Int64,
+        DType::I32 => tch::Kind::Int,
+        DType::Bool => tch::Kind::Bool,
+        DType::U8 => tch::Kind::Uint8,
+    }
+}
+
+pub(crate) fn dtype_of(k: tch::Kind) -> crate::error::Result<DType> {
+    Ok(match k {
+        tch::Kind::Float => DType::F32,
+        tch::Kind::Half => DType::F16,
+        tch::Kind::BFloat16 => DType::BF16,
+        tch::Kind::Double => DType::F64,
+        tch::Kind::Int64 => DType::I64,
+        tch::Kind::Int => DType::I32,
+        tch::Kind::Bool => DType::Bool,
+        tch::Kind::Uint8 => DType::U8,
+        other => crate::bail!(E_DTYPE, "libtorch dtype {other:?} has no ABI name"),
+    })
+}
+
+pub(crate) fn tdevice(d: Device) -> tch::Device {
+    match d {
+        Device::Cpu => tch::Device::Cpu,
+        Device::Cuda(n) => tch::Device::Cuda(n as usize),
+    }
+}
+
+pub(crate) fn device_of(d: tch::Device) -> Device {
+    match d {
+        tch::Device::Cuda(n) => Device::Cuda(n as u32),
+        _ => Device::Cpu,
+    }
+}

@@ -1,0 +1,65 @@
+//! Element types as the ABI names them (backend-agnostic).
+
+use crate::error::Result;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    F64,
+    I64,
+    I32,
+    Bool,
+    U8,
+}
+
+impl DType {
+    pub const ALL: [DType; 8] =
+        [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32, DType::Bool, DType::U8];
+
+    /// Parses a dtype name; both the canonical and the short alias are accepted, case-sensitively.
+    pub fn parse(name: &str) -> Result<DType> {
+        Ok(match name {
+            "fp32" | "f32" => DType::F32,
+            "fp16" | "f16" => DType::F16,
+            "bf16" => DType::BF16,
+            "fp64" | "f64" => DType::F64,
+            "int64" | "i64" => DType::I64,
+            "int32" | "i32" => DType::I32,
+            "bool" => DType::Bool,
+            "uint8" | "u8" => DType::U8,
+            _ => crate::bail!(
+                E_INVALID_ARG,
+                "unknown dtype {name:?} (expected fp32, fp16, bf16, fp64, int64, int32, bool or uint8)"
+            ),
+        })
+    }
+
+    /// The canonical name, as `enkai_tensor_dtype` reports it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "fp32",
+            DType::F16 => "fp16",
+            DType::BF16 => "bf16",
+            DType::F64 => "fp64",
+            DType::I64 => "int64",
+            DType::I32 => "int32",
+            DType::Bool => "bool",
+            DType::U8 => "uint8",
+        }
+    }
+
+    pub fn size(self) -> usize {
+        match self {
+            DType::F64 | DType::I64 => 8,
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::Bool | DType::U8 => 1,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+    }
+}

@@ -1,0 +1,197 @@
+//! Error codes, the crate's `Error` type, and the thread-local last error that
+//! `enkai_tensor_last_error()` exposes.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::fmt;
+
+/// Stable error codes returned by `enkai_tensor_last_error_code()`.
+///
+/// The numbers never change meaning; new codes are only appended.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnkaiErrorCode {
+    /// The last call on this thread succeeded.
+    E_OK = 0,
+    /// An argument is malformed: bad JSON, invalid UTF-8, a bad dtype or device name, a negative size.
+    E_INVALID_ARG = 1,
+    /// A required pointer argument (input string or output pointer) is NULL.
+    E_NULL_POINTER = 2,
+    /// The number was never issued as a handle (or is 0, negative, or >= 2^53).
+    E_HANDLE_INVALID = 3,
+    /// The handle was issued but has been freed.
+    E_HANDLE_STALE = 4,
+    /// The handle is live but of another kind (for example a device passed as a tensor).
+    E_HANDLE_KIND = 5,
+    /// Shapes do not fit (element counts, broadcasting, buffer sizes).
+    E_SHAPE = 6,
+    /// The dtype is not supported by this operation.
+    E_DTYPE = 7,
+    /// The device does not exist or does not fit the operation.
+    E_DEVICE = 8,
+    /// `enkai_backend_set` got a name that is not a backend.
+    E_BACKEND_UNKNOWN = 9,
+    /// The backend exists but this build does not contain it.
+    E_BACKEND_UNAVAILABLE = 10,
+    /// The inputs of one call belong to different backends.
+    E_BACKEND_MISMATCH = 11,
+    /// libtorch raised an error; the detail is its message.
+    E_TORCH = 12,
+    /// An internal error (a caught panic). Please report it.
+    E_INTERNAL = 13,
+    /// A resource limit was reached (handle slots, reference counts, memory).
+    E_RESOURCE = 14,
+    /// Autograd misuse: no graph, non-scalar loss, graph already freed.
+    E_AUTOGRAD = 15,
+    /// A tensor holds NaN or infinity where finite values are required.
+    E_NOT_FINITE = 16,
+    /// GradScaler: the initial scale is not finite and positive.
+    E_AMP_INVALID_SCALE = 17,
+    /// GradScaler: the growth factor is not finite and > 1.
+    E_AMP_INVALID_GROWTH_FACTOR = 18,
+    /// GradScaler: the backoff factor is not in (0, 1).
+    E_AMP_INVALID_BACKOFF_FACTOR = 19,
+    /// GradScaler: the growth interval is not >= 1.
+    E_AMP_INVALID_GROWTH_INTERVAL = 20,
+    /// GradScaler or autocast used out of order (unscale twice, exit without enter).
+    E_AMP_STATE = 21,
+    /// Checkpoint: a required file or rank is missing.
+    E_CKPT_MISSING = 22,
+    /// Checkpoint: a file's SHA-256 differs from integrity.json.
+    E_CKPT_HASH_MISMATCH = 23,
+    /// Checkpoint: a file is malformed.
+    E_CKPT_FORMAT = 24,
+    /// Checkpoint: reading or writing failed.
+    E_CKPT_IO = 25,
+    /// Distributed: multi-rank use needs ENKAI_ENABLE_DIST=1.
+    E_DIST_ENV_GATE = 26,
+    /// Distributed: the process group failed or is not initialised.
+    E_DIST = 27,
+}
+
+pub use EnkaiErrorCode as Code;
+
+impl Code {
+    pub fn name(self) -> &'static str {
+        match self {
+            Code::E_OK => "E_OK",
+            Code::E_INVALID_ARG => "E_INVALID_ARG",
+            Code::E_NULL_POINTER => "E_NULL_POINTER",
+            Code::E_HANDLE_INVALID => "E_HANDLE_INVALID",
+            Code::E_HANDLE_STALE => "E_HANDLE_STALE",
+            Code::E_HANDLE_KIND => "E_HANDLE_KIND",
+            Code::E_SHAPE => "E_SHAPE",
+            Code::E_DTYPE => "E_DTYPE",
+            Code::E_DEVICE => "E_DEVICE",
+            Code::E_BACKEND_UNKNOWN => "E_BACKEND_UNKNOWN",
+            Code::E_BACKEND_UNAVAILABLE => "E_BACKEND_UNAVAILABLE",
+            Code::E_BACKEND_MISMATCH => "E_BACKEND_MISMATCH",
+            Code::E_TORCH => "E_TORCH",
+            Code::E_INTERNAL => "E_INTERNAL",
+            Code::E_RESOURCE => "E_RESOURCE",
+            Code::E_AUTOGRAD => "E_AUTOGRAD",
+            Code::E_NOT_FINITE => "E_NOT_FINITE",
+            Code::E_AMP_INVALID_SCALE => "E_AMP_INVALID_SCALE",
+            Code::E_AMP_INVALID_GROWTH_FACTOR => "E_AMP_INVALID_GROWTH_FACTOR",
+            Code::E_AMP_INVALID_BACKOFF_FACTOR => "E_AMP_INVALID_BACKOFF_FACTOR",
+            Code::E_AMP_INVALID_GROWTH_INTERVAL => "E_AMP_INVALID_GROWTH_INTERVAL",
+            Code::E_AMP_STATE => "E_AMP_STATE",
+            Code::E_CKPT_MISSING => "E_CKPT_MISSING",
+            Code::E_CKPT_HASH_MISMATCH => "E_CKPT_HASH_MISMATCH",
+            Code::E_CKPT_FORMAT => "E_CKPT_FORMAT",
+            Code::E_CKPT_IO => "E_CKPT_IO",
+            Code::E_DIST_ENV_GATE => "E_DIST_ENV_GATE",
+            Code::E_DIST => "E_DIST",
+        }
+    }
+}
+
+/// An error as the C caller sees it: a stable code and a human detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub code: Code,
+    pub detail: String,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn new(code: Code, detail: impl Into<String>) -> Self {
+        Error { code, detail: detail.into() }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.name(), self.detail)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// `err!(E_SHAPE, "matmul {:?} x {:?}", a, b)` builds an `Error`.
+#[macro_export]
+macro_rules! err {
+    ($code:ident, $($fmt:tt)+) => {
+        $crate::error::Error::new($crate::error::Code::$code, format!($($fmt)+))
+    };
+}
+
+/// `bail!(E_SHAPE, ...)` returns the error from the enclosing function.
+#[macro_export]
+macro_rules! bail {
+    ($code:ident, $($fmt:tt)+) => {
+        return Err($crate::err!($code, $($fmt)+))
+    };
+}
+
+struct LastError {
+    code: Code,
+    // Kept as a CString so the pointer handed to C stays valid until the next call.
+    text: Option<CString>,
+}
+
+thread_local! {
+    static LAST: RefCell<LastError> = const { RefCell::new(LastError { code: Code::E_OK, text: None }) };
+}
+
+/// Clears this thread's last error (done at every entry point).
+pub fn clear() {
+    LAST.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.code != Code::E_OK {
+            l.code = Code::E_OK;
+            l.text = None;
+        }
+    });
+}
+
+pub fn set(e: &Error) {
+    let text = e.to_string().replace('\0', "\\0");
+    let text = CString::new(text).unwrap_or_default();
+    LAST.with(|l| {
+        let mut l = l.borrow_mut();
+        l.code = e.code;
+        l.text = Some(text);
+    });
+}
+
+pub fn last_code() -> Code {
+    LAST.with(|l| l.borrow().code)
+}
+
+/// Pointer into this thread's last-error buffer, or NULL when there is none.
+pub fn last_ptr() -> *const c_char {
+    LAST.with(|l| l.borrow().text.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()))
+}
+
+/// The last error as an owned `Error` (for Rust callers and tests).
+pub fn last() -> Option<Error> {
+    LAST.with(|l| {
+        let l = l.borrow();
+        let text = l.text.as_ref()?.to_string_lossy().into_owned();
+        let detail = text.split_once(": ").map_or(text.clone(), |(_, d)| d.to_string());
+        Some(Error::new(l.code, detail))
+    })
+}

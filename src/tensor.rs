@@ -1,0 +1,145 @@
+//! Tensor creation and data in/out over handles: the safe Rust API that
+//! `ffi::tensor` exposes to C.
+
+use std::sync::Arc;
+
+use crate::backend::{self, imp, Init, Tensor};
+use crate::device::{Device, DeviceSpec};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::json;
+use crate::registry::{DEVICES, TENSORS};
+
+/// Resolves a device name and checks that the device exists.
+pub fn device_create(spec: &str) -> Result<i64> {
+    let count = imp::cuda_device_count();
+    let dev = match DeviceSpec::parse(spec)? {
+        DeviceSpec::Auto if count > 0 => Device::Cuda(0),
+        DeviceSpec::Auto => Device::Cpu,
+        DeviceSpec::Exact(Device::Cuda(n)) if i64::from(n) >= count => {
+            crate::bail!(E_DEVICE, "{spec:?}: cuda:{n} does not exist ({count} CUDA devices usable)")
+        }
+        DeviceSpec::Exact(d) => d,
+    };
+    DEVICES.insert(dev)
+}
+
+pub fn device(h: i64) -> Result<Device> {
+    Ok(*DEVICES.get(h)?)
+}
+
+pub fn get(h: i64) -> Result<Arc<Tensor>> {
+    TENSORS.get(h)
+}
+
+/// Registers a freshly computed tensor of `backend`.
+pub fn register(backend: backend::BackendId, raw: imp::Raw) -> Result<i64> {
+    TENSORS.insert(Tensor { backend, raw })
+}
+
+/// Elements in `shape`, failing when the product overflows.
+pub fn numel_of(shape: &[i64]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
+        .ok_or_else(|| crate::err!(E_SHAPE, "shape {} has too many elements", json::write_int_list(shape)))
+}
+
+/// The active backend and the device behind `dev`, checked to fit each other.
+fn target(dev: i64) -> Result<(backend::BackendId, Device)> {
+    let d = device(dev)?;
+    let b = backend::active_built()?;
+    b.check_device(d)?;
+    Ok((b, d))
+}
+
+pub fn create(shape: &[i64], dtype: DType, dev: i64, init: Init) -> Result<i64> {
+    let (b, d) = target(dev)?;
+    numel_of(shape)?;
+    if init == Init::Randn && !dtype.is_float() {
+        crate::bail!(E_DTYPE, "randn needs a floating dtype (fp32, fp16, bf16, fp64), got {}", dtype.name());
+    }
+    register(b, imp::fill(shape, dtype, d, init)?)
+}
+
+pub fn from_data(bytes: &[u8], shape: &[i64], dtype: DType, dev: i64) -> Result<i64> {
+    let (b, d) = target(dev)?;
+    let want = numel_of(shape)?.checked_mul(dtype.size());
+    if want != Some(bytes.len()) {
+        crate::bail!(
+            E_SHAPE,
+            "from_data: {} bytes given, shape {} of {} needs {}",
+            bytes.len(),
+            json::write_int_list(shape),
+            dtype.name(),
+            want.map_or("more than usize::MAX".to_string(), |w| w.to_string())
+        );
+    }
+    if dtype == DType::Bool {
+        if let Some(i) = bytes.iter().position(|&b| b > 1) {
+            crate::bail!(E_INVALID_ARG, "from_data: bool byte {i} is {} (must be 0 or 1)", bytes[i]);
+        }
+    }
+    register(b, imp::from_bytes(bytes, shape, dtype, d)?)
+}
+
+/// The size in bytes of the tensor's elements, contiguous.
+pub fn nbytes(t: &Tensor) -> Result<usize> {
+    Ok(numel_of(&imp::shape(&t.raw))? * imp::dtype(&t.raw)?.size())
+}
+
+/// Copies the tensor's elements into `dst`, which must hold at least `nbytes`.
+pub fn copy_to(h: i64, dst: &mut [u8]) -> Result<usize> {
+    let t = get(h)?;
+    let need = nbytes(&t)?;
+    if dst.len() < need {
+        crate::bail!(
+            E_SHAPE,
+            "copy_to: buffer of {} bytes is too small for {} {} ({need} bytes)",
+            dst.len(),
+            imp::dtype(&t.raw)?.name(),
+            json::write_int_list(&imp::shape(&t.raw))
+        );
+    }
+    imp::copy_to(&t.raw, &mut dst[..need])?;
+    Ok(need)
+}
+
+pub fn item(h: i64) -> Result<f64> {
+    let t = get(h)?;
+    let shape = imp::shape(&t.raw);
+    if numel_of(&shape)? != 1 {
+        crate::bail!(E_SHAPE, "item needs exactly one element, tensor has shape {}", json::write_int_list(&shape));
+    }
+    imp::item(&t.raw)
+}
+
+pub fn shape(h: i64) -> Result<Vec<i64>> {
+    Ok(imp::shape(&get(h)?.raw))
+}
+
+pub fn dtype(h: i64) -> Result<DType> {
+    imp::dtype(&get(h)?.raw)
+}
+
+pub fn numel(h: i64) -> Result<i64> {
+    Ok(numel_of(&shape(h)?)? as i64)
+}
+
+/// Token ids as an int64 `[batch, seq]` tensor.
+pub fn ids_u32(ids: &[u32], batch: i64, seq: i64, dev: i64) -> Result<i64> {
+    if batch < 0 || seq < 0 {
+        crate::bail!(E_SHAPE, "ids_u32: batch {batch} and seq {seq} must be >= 0");
+    }
+    let shape = [batch, seq];
+    if numel_of(&shape)? != ids.len() {
+        crate::bail!(E_SHAPE, "ids_u32: {} ids given, batch {batch} x seq {seq} needs {}", ids.len(), batch * seq);
+    }
+    let wide: Vec<u8> = ids.iter().flat_map(|&i| i64::from(i).to_ne_bytes()).collect();
+    from_data(&wide, &shape, DType::I64, dev)
+}
+
+pub fn manual_seed(seed: i64) -> Result<()> {
+    backend::active_built()?;
+    imp::manual_seed(seed)
+}
