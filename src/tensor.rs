@@ -39,9 +39,11 @@ pub fn register(backend: backend::BackendId, raw: imp::Raw) -> Result<i64> {
 
 /// Elements in `shape`, failing when the product overflows.
 pub fn numel_of(shape: &[i64]) -> Result<usize> {
+    // libtorch counts elements in int64: a product past i64::MAX cannot be a tensor.
     shape
         .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
+        .try_fold(1i64, |n, &d| n.checked_mul(d).filter(|_| d >= 0))
+        .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| crate::err!(E_SHAPE, "shape {} has too many elements", json::write_int_list(shape)))
 }
 
