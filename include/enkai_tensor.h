@@ -151,6 +151,81 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * Marks `t` (floating) as a leaf that records gradients. Returns `t` itself —
+ * no new reference — or 0 with `E_HANDLE_*`, `E_DTYPE`, `E_AUTOGRAD` (not a leaf).
+ */
+int64_t enkai_tensor_require_grad(int64_t t);
+
+/**
+ * Backpropagates from the one-element `loss`; grads accumulate into leaves
+ * as in PyTorch. The graph is freed afterwards. Returns 0, or 1 with
+ * `E_AUTOGRAD` (not one element, no graph, graph already freed), `E_HANDLE_*`.
+ */
+int enkai_tensor_backward(int64_t loss);
+
+/**
+ * A new handle (owned by the caller) sharing storage with `t.grad`, or 0
+ * with no error when `t` has no grad. On error 0 with `E_HANDLE_*`.
+ */
+int64_t enkai_tensor_grad(int64_t t);
+
+/**
+ * Writes a JSON array with one new grad handle per entry of `params` (0 where
+ * there is no grad) to `*out` (malloc'ed; free with `enkai_tensor_string_free`).
+ * Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*` (nothing created).
+ *
+ * # Safety
+ * `params` is NULL or a NUL-terminated string; `out`, `out_len` NULL or valid for one write.
+ */
+int enkai_tensor_grad_multi(const char *params, char **out, size_t *out_len);
+
+/**
+ * Zeroes `t.grad` in place if it has one. Returns 0, or 1 with `E_HANDLE_*`.
+ */
+int enkai_tensor_zero_grad(int64_t t);
+
+/**
+ * `enkai_tensor_zero_grad` for each handle of the JSON list `params`.
+ * Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*`.
+ *
+ * # Safety
+ * `params` is NULL or a NUL-terminated string.
+ */
+int enkai_tensor_zero_grad_multi(const char *params);
+
+/**
+ * Returns 0 when every listed tensor is finite, else 1 with `E_NOT_FINITE`
+ * naming the first offending handle (or `E_INVALID_ARG`, `E_HANDLE_*`).
+ *
+ * # Safety
+ * `handles` is NULL or a NUL-terminated string.
+ */
+int enkai_tensor_check_finite_multi(const char *handles);
+
+/**
+ * Multiplies each listed tensor by `scale` in place. Returns 0, or 1 with
+ * `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*`.
+ *
+ * # Safety
+ * `grads` is NULL or a NUL-terminated string.
+ */
+int enkai_tensor_scale_grads_multi(const char *grads, double scale);
+
+/**
+ * `torch.nn.utils.clip_grad_norm_(grads, max_norm, norm_type)`: scales the
+ * listed grads in place by `min(1, max_norm / (total + 1e-6))` and writes the
+ * pre-clip total norm to `*out_total`. `norm_type` > 0 (`INFINITY` for max-abs).
+ * Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*`.
+ *
+ * # Safety
+ * `grads` is NULL or a NUL-terminated string; `out_total` NULL or valid for one write.
+ */
+int enkai_tensor_clip_grad_norm_multi(const char *grads,
+                                      double max_norm,
+                                      double norm_type,
+                                      double *out_total);
+
+/**
  * Writes the JSON array of backends this build contains (e.g. `["torch","cpu"]`)
  * to `*out` (malloc'ed, NUL-terminated; free with `enkai_tensor_string_free`)
  * and its length to `*out_len`. Returns 0, or 1 with `E_NULL_POINTER`.
@@ -265,12 +340,182 @@ int64_t enkai_tensor_live_opts(void);
 int64_t enkai_tensor_live_scalers(void);
 
 /**
- * `torch.matmul(a, b)`: matrix product with 1-D promotion and broadcast batch
- * dims. Returns a new handle owned by the caller, or 0 with `E_SHAPE`
- * (`matmul [2,3] x [4,5]`), `E_DTYPE`, `E_DEVICE`, `E_BACKEND_MISMATCH`,
- * `E_HANDLE_*`, `E_TORCH`.
+ * `torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast.
+ * Errors: `E_SHAPE` (`matmul [2,3] x [4,5]`), `E_DTYPE` (dtypes differ).
  */
 int64_t enkai_tensor_matmul(int64_t a, int64_t b);
+
+/**
+ * `a + b` with broadcasting and PyTorch's type promotion. Errors: `E_SHAPE`.
+ */
+int64_t enkai_tensor_add(int64_t a, int64_t b);
+
+/**
+ * `a - b` with broadcasting. Errors: `E_SHAPE`.
+ */
+int64_t enkai_tensor_sub(int64_t a, int64_t b);
+
+/**
+ * `a * b` (elementwise) with broadcasting. Errors: `E_SHAPE`.
+ */
+int64_t enkai_tensor_mul(int64_t a, int64_t b);
+
+/**
+ * `a / b` (true division) with broadcasting. Errors: `E_SHAPE`.
+ */
+int64_t enkai_tensor_div(int64_t a, int64_t b);
+
+/**
+ * `x.reshape(shape)`; `shape` is a JSON array that may hold one `-1`.
+ * Errors: `E_NULL_POINTER`, `E_INVALID_ARG`, `E_SHAPE` (element count differs).
+ *
+ * # Safety
+ * `shape` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_tensor_reshape(int64_t x, const char *shape);
+
+/**
+ * `x.view(shape)`, falling back to a copy when the strides allow no view.
+ * Errors as `enkai_tensor_reshape`.
+ *
+ * # Safety
+ * `shape` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_tensor_view(int64_t x, const char *shape);
+
+/**
+ * `x.transpose(d0, d1)`; negative dims count from the end. Errors: `E_SHAPE` (dim out of range).
+ */
+int64_t enkai_tensor_transpose(int64_t x, int64_t d0, int64_t d1);
+
+/**
+ * `torch.cat` of the JSON handle list `handles` along `dim`.
+ * Errors: `E_NULL_POINTER`, `E_INVALID_ARG` (bad or empty list), `E_SHAPE`, `E_DTYPE`.
+ *
+ * # Safety
+ * `handles` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_tensor_concat(const char *handles, int64_t dim);
+
+/**
+ * `x[start:end:step]` along `dim` (Python slice semantics, clamped; `step > 0`).
+ * Errors: `E_INVALID_ARG` (step), `E_SHAPE` (dim).
+ */
+int64_t enkai_tensor_slice(int64_t x, int64_t dim, int64_t start, int64_t end, int64_t step);
+
+/**
+ * Sum over `dim`, or over every dim when `dim < 0`; `keepdim` non-zero keeps
+ * reduced dims as 1. Errors: `E_SHAPE` (dim out of range).
+ */
+int64_t enkai_tensor_sum(int64_t x, int64_t dim, int keepdim);
+
+/**
+ * Mean over `dim`, or over every dim when `dim < 0`. Errors: `E_SHAPE`, `E_DTYPE` (integer input).
+ */
+int64_t enkai_tensor_mean(int64_t x, int64_t dim, int keepdim);
+
+/**
+ * `torch.softmax(x, dim)`. Errors: `E_SHAPE`, `E_DTYPE`.
+ */
+int64_t enkai_tensor_softmax(int64_t x, int64_t dim);
+
+/**
+ * `torch._masked_softmax(x, mask != 0, dim, mask_type)`: `mask` of any dtype,
+ * non-zero = masked out; a fully masked row gives zeros. `mask_type` 0: `[L,L]`
+ * mask for a `[B,H,L,L]` input, 1: `[B,L]` key-padding mask, 2: mask of x's shape.
+ * Errors: `E_INVALID_ARG` (mask_type), `E_SHAPE`, `E_DTYPE`.
+ */
+int64_t enkai_tensor_masked_softmax(int64_t x, int64_t mask, int64_t dim, int64_t mask_type);
+
+/**
+ * Gradient of `masked_softmax` w.r.t. its input, from its output `out`
+ * (mask of x's shape). Errors: `E_SHAPE`, `E_DTYPE`.
+ */
+int64_t enkai_tensor_masked_softmax_backward(int64_t grad_out,
+                                             int64_t out,
+                                             int64_t mask,
+                                             int64_t dim);
+
+/**
+ * `torch.relu(x)`.
+ */
+int64_t enkai_tensor_relu(int64_t x);
+
+/**
+ * `torch.sigmoid(x)`. Errors: `E_DTYPE` (integer input).
+ */
+int64_t enkai_tensor_sigmoid(int64_t x);
+
+/**
+ * `torch.tanh(x)`. Errors: `E_DTYPE` (integer input).
+ */
+int64_t enkai_tensor_tanh(int64_t x);
+
+/**
+ * `torch.nn.functional.gelu(x)` with the exact erf form. Errors: `E_DTYPE`.
+ */
+int64_t enkai_tensor_gelu(int64_t x);
+
+/**
+ * `torch.nn.functional.dropout(x, p, training=train != 0)`; identity when
+ * `train` is 0 or `p` is 0. Errors: `E_INVALID_ARG` (p outside [0,1]), `E_DTYPE`.
+ */
+int64_t enkai_tensor_dropout(int64_t x, double p, int train);
+
+/**
+ * `torch.nn.functional.layer_norm` over `w`'s trailing shape; `b` may be 0
+ * for no bias. Errors: `E_SHAPE`, `E_DTYPE`.
+ */
+int64_t enkai_tensor_layernorm(int64_t x, int64_t w, int64_t b, double eps);
+
+/**
+ * Gradients of `layernorm(x, w, b, eps)` for `grad_out`, as JSON bytes
+ * `[dx,dw,db]` of new handles owned by the caller (`db` is 0 when `b` is 0);
+ * release the slice with `enkai_free`. `{NULL,0}` on error (`E_SHAPE`, …).
+ */
+struct EnkaiSlice enkai_tensor_layernorm_backward(int64_t x,
+                                                  int64_t w,
+                                                  int64_t b,
+                                                  double eps,
+                                                  int64_t grad_out);
+
+/**
+ * `torch.nn.functional.embedding(ids, w)`: rows of `w` `[vocab, dim]` picked
+ * by int64/int32 `ids`. Errors: `E_DTYPE` (ids), `E_SHAPE` (ids out of range).
+ */
+int64_t enkai_tensor_embedding(int64_t w, int64_t ids);
+
+/**
+ * `x @ w + b` with `w` laid out `[in, out]`; `b` may be 0 for none.
+ * Errors: `E_SHAPE`, `E_DTYPE`.
+ */
+int64_t enkai_tensor_linear(int64_t x, int64_t w, int64_t b);
+
+/**
+ * `torch.nn.functional.cross_entropy(logits, targets)`, mean over rows;
+ * `targets` are int64 class ids (or probabilities of the logits' shape).
+ * Errors: `E_SHAPE`, `E_DTYPE`.
+ */
+int64_t enkai_tensor_cross_entropy(int64_t logits, int64_t targets);
+
+/**
+ * A copy of `x` on the device `dev` (differentiable). Errors: `E_DEVICE`.
+ */
+int64_t enkai_tensor_to_device(int64_t x, int64_t dev);
+
+/**
+ * `x` converted to `dtype` (differentiable for floating dtypes).
+ * Errors: `E_NULL_POINTER`, `E_INVALID_ARG` (unknown dtype).
+ *
+ * # Safety
+ * `dtype` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_tensor_to_dtype(int64_t x, const char *dtype);
+
+/**
+ * `x.detach()`: shares storage, records no gradient.
+ */
+int64_t enkai_tensor_detach(int64_t x);
 
 /**
  * Adds a reference to a tensor handle. Returns 0, or 1 with `E_HANDLE_*`.

@@ -3,6 +3,7 @@
 //! Layers: `ffi` (every `extern "C"` function) → core (`handles`, `error`,
 //! `json`, `tensor`, …) → `backend` (only `backend::torch` names `tch`).
 
+pub mod autograd;
 pub mod backend;
 pub mod device;
 pub mod dtype;

@@ -1,66 +1,350 @@
-//! Tensor operations over handles: argument checks with precise messages
-//! (shapes, dtypes, devices, backends), then one backend call.
+//! Tensor operations over handles. Each op makes one backend call; the
+//! checks that give precise messages (`E_SHAPE: matmul [2,3] x [4,5]`) run
+//! only after libtorch has refused, so the success path pays nothing for them.
 
-use crate::backend::{self, imp, Tensor};
-use crate::error::Result;
-use crate::json::write_int_list as fmt_shape;
-use crate::tensor::{get, register};
+use std::sync::Arc;
 
-/// The inputs of `op` must share backend, device and dtype.
-fn same_kind(op: &str, ts: &[&Tensor]) -> Result<backend::BackendId> {
-    let b = backend::same_backend(op, ts)?;
-    let (first, rest) = ts.split_first().expect("ops have inputs");
-    let (dev, dt) = (imp::device(&first.raw), imp::dtype(&first.raw)?);
-    for t in rest {
-        let (d2, t2) = (imp::device(&t.raw), imp::dtype(&t.raw)?);
-        if d2 != dev {
-            crate::bail!(E_DEVICE, "{op}: inputs are on {dev} and {d2}");
-        }
-        if t2 != dt {
-            crate::bail!(E_DTYPE, "{op}: inputs are {} and {}", dt.name(), t2.name());
-        }
-    }
-    Ok(b)
+use crate::backend::{self, imp, imp::Raw, Tensor};
+use crate::dtype::DType;
+use crate::error::{Code, Error, Result};
+use crate::json::{self, write_int_list as fmt};
+use crate::tensor::{self, get, register};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
 }
 
-/// Broadcasts two batch shapes like NumPy, or `None` when they do not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unary {
+    Relu,
+    Sigmoid,
+    Tanh,
+    Gelu,
+    Detach,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduce {
+    Sum,
+    Mean,
+}
+
+impl Binary {
+    fn name(self) -> (&'static str, &'static str) {
+        match self {
+            Binary::Add => ("add", "+"),
+            Binary::Sub => ("sub", "-"),
+            Binary::Mul => ("mul", "*"),
+            Binary::Div => ("div", "/"),
+        }
+    }
+}
+
+fn shape(t: &Tensor) -> Vec<i64> {
+    imp::shape(&t.raw)
+}
+
+/// Looks up `N` tensor handles.
+fn lookup<const N: usize>(hs: [i64; N]) -> Result<[Arc<Tensor>; N]> {
+    let found = hs.map(get);
+    if let Some(Err(e)) = found.iter().find(|r| r.is_err()) {
+        return Err(e.clone());
+    }
+    Ok(found.map(|r| r.expect("checked above")))
+}
+
+/// Why libtorch refused: devices first, then the op's own explanation, then
+/// dtypes, and libtorch's message (prefixed with the op) when none applies.
+fn diagnose(op: &str, ts: &[&Tensor], e: Error, explain: impl FnOnce() -> Option<Error>) -> Error {
+    if e.code != Code::E_TORCH {
+        return e;
+    }
+    let devs: Vec<_> = ts.iter().map(|t| imp::device(&t.raw)).collect();
+    if let Some(d) = devs.iter().find(|d| **d != devs[0]) {
+        return crate::err!(E_DEVICE, "{op}: inputs are on {} and {d}", devs[0]);
+    }
+    if let Some(better) = explain() {
+        return better;
+    }
+    let dts: Vec<_> = ts.iter().filter_map(|t| imp::dtype(&t.raw).ok()).collect();
+    if let Some(d) = dts.iter().find(|d| **d != dts[0]) {
+        return crate::err!(E_DTYPE, "{op}: inputs are {} and {}", dts[0].name(), d.name());
+    }
+    crate::err!(E_TORCH, "{op}: {}", e.detail)
+}
+
+/// The shape of every op: look up the inputs, check they share a backend,
+/// compute, register the result; on failure, `diagnose` with `explain`.
+fn run<const N: usize>(
+    op: &str,
+    hs: [i64; N],
+    compute: impl FnOnce([&Raw; N]) -> Result<Raw>,
+    explain: impl FnOnce([&Tensor; N]) -> Option<Error>,
+) -> Result<i64> {
+    let ts = lookup(hs)?;
+    let refs: [&Tensor; N] = ts.each_ref().map(|a| &**a);
+    let b = backend::same_backend(op, &refs)?;
+    match compute(refs.map(|t| &t.raw)) {
+        Ok(r) => register(b, r),
+        Err(e) => Err(diagnose(op, &refs, e, || explain(refs))),
+    }
+}
+
+/// A dim in `[-rank, rank)` (or `[-1, 0]` for a scalar, as PyTorch allows), normalised.
+fn norm_dim(op: &str, dim: i64, s: &[i64]) -> Result<i64> {
+    let rank = (s.len() as i64).max(1);
+    if dim < -rank || dim >= rank {
+        crate::bail!(E_SHAPE, "{op}: dim {dim} is out of range for shape {}", fmt(s));
+    }
+    Ok(if dim < 0 { dim + rank } else { dim })
+}
+
+fn dim_error(op: &str, t: &Tensor, dims: &[i64]) -> Option<Error> {
+    let s = shape(t);
+    dims.iter().find_map(|&d| norm_dim(op, d, &s).err())
+}
+
+fn float_error(op: &str, t: &Tensor) -> Option<Error> {
+    let dt = imp::dtype(&t.raw).ok()?;
+    (!dt.is_float()).then(|| crate::err!(E_DTYPE, "{op} needs a floating dtype, got {}", dt.name()))
+}
+
+/// NumPy broadcasting of two shapes, or `None` when they do not fit.
 pub fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
     let n = a.len().max(b.len());
+    let at = |s: &[i64], i: usize| if i + s.len() >= n { s[i + s.len() - n] } else { 1 };
     (0..n)
-        .map(|i| {
-            let x = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-            let y = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
-            match (x, y) {
-                _ if x == y => Some(x),
-                (1, _) => Some(y),
-                (_, 1) => Some(x),
-                _ => None,
-            }
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
         })
         .collect()
 }
 
 /// `torch.matmul` shape rules: 1-D operands are promoted, batch dims broadcast.
-fn check_matmul(a: &[i64], b: &[i64]) -> bool {
+fn matmul_fits(a: &[i64], b: &[i64]) -> bool {
     if a.is_empty() || b.is_empty() {
         return false;
     }
-    let k_a = a[a.len() - 1];
     let k_b = if b.len() == 1 { b[0] } else { b[b.len() - 2] };
-    if k_a != k_b {
-        return false;
-    }
-    let batch_a = &a[..a.len().saturating_sub(2)];
-    let batch_b = &b[..b.len().saturating_sub(2)];
-    broadcast(batch_a, batch_b).is_some()
+    a[a.len() - 1] == k_b && broadcast(&a[..a.len().saturating_sub(2)], &b[..b.len().saturating_sub(2)]).is_some()
+}
+
+fn matmul_error(op: &str, a: &Tensor, b: &Tensor) -> Option<Error> {
+    let (sa, sb) = (shape(a), shape(b));
+    (!matmul_fits(&sa, &sb)).then(|| crate::err!(E_SHAPE, "{op} {} x {}", fmt(&sa), fmt(&sb)))
 }
 
 pub fn matmul(a: i64, b: i64) -> Result<i64> {
-    let (ta, tb) = (get(a)?, get(b)?);
-    let bk = same_kind("matmul", &[&ta, &tb])?;
-    let (sa, sb) = (imp::shape(&ta.raw), imp::shape(&tb.raw));
-    if !check_matmul(&sa, &sb) {
-        crate::bail!(E_SHAPE, "matmul {} x {}", fmt_shape(&sa), fmt_shape(&sb));
+    run("matmul", [a, b], |[a, b]| imp::matmul(a, b), |[a, b]| matmul_error("matmul", a, b))
+}
+
+pub fn binary(op: Binary, a: i64, b: i64) -> Result<i64> {
+    let (name, sym) = op.name();
+    run(name, [a, b], |[a, b]| imp::binary(op, a, b), |[a, b]| {
+        let (sa, sb) = (shape(a), shape(b));
+        broadcast(&sa, &sb).is_none().then(|| crate::err!(E_SHAPE, "{name} {} {sym} {}", fmt(&sa), fmt(&sb)))
+    })
+}
+
+pub fn unary(op: Unary, x: i64) -> Result<i64> {
+    let name = format!("{op:?}").to_lowercase();
+    run(&name, [x], |[x]| imp::unary(op, x), |[x]| float_error(&name, x))
+}
+
+fn numel_error(op: &str, x: &Tensor, target: &[i64]) -> Option<Error> {
+    Some(crate::err!(E_SHAPE, "{op}: cannot reshape {} into {}", fmt(&shape(x)), fmt(target)))
+}
+
+pub fn reshape(x: i64, shape: &str) -> Result<i64> {
+    let target = json::target_shape(shape)?;
+    run("reshape", [x], |[x]| imp::reshape(x, &target), |[x]| numel_error("reshape", x, &target))
+}
+
+pub fn view(x: i64, shape: &str) -> Result<i64> {
+    let target = json::target_shape(shape)?;
+    run("view", [x], |[x]| imp::view(x, &target), |[x]| numel_error("view", x, &target))
+}
+
+pub fn transpose(x: i64, d0: i64, d1: i64) -> Result<i64> {
+    run("transpose", [x], |[x]| imp::transpose(x, d0, d1), |[x]| dim_error("transpose", x, &[d0, d1]))
+}
+
+pub fn concat(handles: &str, dim: i64) -> Result<i64> {
+    let hs = json::handle_list(handles)?;
+    if hs.is_empty() {
+        crate::bail!(E_INVALID_ARG, "concat: the handle list is empty");
     }
-    register(bk, imp::matmul(&ta.raw, &tb.raw)?)
+    let ts = crate::registry::TENSORS.get_many(&hs)?;
+    let refs: Vec<&Tensor> = ts.iter().map(|t| &**t).collect();
+    let b = backend::same_backend("concat", &refs)?;
+    let raws: Vec<&Raw> = refs.iter().map(|t| &t.raw).collect();
+    match imp::concat(&raws, dim) {
+        Ok(r) => register(b, r),
+        Err(e) => Err(diagnose("concat", &refs, e, || {
+            let s0 = shape(refs[0]);
+            let d = match norm_dim("concat", dim, &s0) {
+                Ok(d) => d as usize,
+                Err(e) => return Some(e),
+            };
+            refs.iter().map(|t| shape(t)).find_map(|s| {
+                let differs = s.len() != s0.len() || s.iter().zip(&s0).enumerate().any(|(i, (x, y))| i != d && x != y);
+                differs.then(|| crate::err!(E_SHAPE, "concat: {} and {} differ outside dim {dim}", fmt(&s0), fmt(&s)))
+            })
+        })),
+    }
+}
+
+pub fn slice(x: i64, dim: i64, start: i64, end: i64, step: i64) -> Result<i64> {
+    if step <= 0 {
+        crate::bail!(E_INVALID_ARG, "slice: step must be positive, got {step}");
+    }
+    run("slice", [x], |[x]| imp::slice(x, dim, start, end, step), |[x]| dim_error("slice", x, &[dim]))
+}
+
+/// `dim < 0` reduces over every dimension.
+pub fn reduce(op: Reduce, x: i64, dim: i64, keepdim: bool) -> Result<i64> {
+    let name = if op == Reduce::Sum { "sum" } else { "mean" };
+    let d = (dim >= 0).then_some(dim);
+    run(name, [x], |[x]| imp::reduce(op, x, d, keepdim), |[x]| {
+        dim_error(name, x, d.as_slice()).or_else(|| if op == Reduce::Mean { float_error(name, x) } else { None })
+    })
+}
+
+pub fn softmax(x: i64, dim: i64) -> Result<i64> {
+    run("softmax", [x], |[x]| imp::softmax(x, dim), |[x]| dim_error("softmax", x, &[dim]).or_else(|| float_error("softmax", x)))
+}
+
+fn mask_error(op: &str, x: &Tensor, mask: &Tensor, dim: i64) -> Option<Error> {
+    dim_error(op, x, &[dim]).or_else(|| float_error(op, x)).or_else(|| {
+        let (sx, sm) = (shape(x), shape(mask));
+        Some(crate::err!(E_SHAPE, "{op}: mask {} does not fit input {}", fmt(&sm), fmt(&sx)))
+    })
+}
+
+/// `mask_type`: 0 = `[L, L]` attention mask, 1 = `[B, L]` key-padding mask
+/// (both for a `[B, H, L, L]` input), 2 = a mask of the input's shape.
+pub fn masked_softmax(x: i64, mask: i64, dim: i64, mask_type: i64) -> Result<i64> {
+    if !(0..=2).contains(&mask_type) {
+        crate::bail!(E_INVALID_ARG, "masked_softmax: mask_type must be 0, 1 or 2, got {mask_type}");
+    }
+    let op = "masked_softmax";
+    run(op, [x, mask], |[x, m]| imp::masked_softmax(x, m, dim, Some(mask_type)), |[x, m]| mask_error(op, x, m, dim))
+}
+
+pub fn masked_softmax_backward(grad: i64, out: i64, mask: i64, dim: i64) -> Result<i64> {
+    let op = "masked_softmax_backward";
+    run(op, [grad, out, mask], |[g, o, m]| imp::masked_softmax_backward(g, o, m, dim), |[_, o, m]| mask_error(op, o, m, dim))
+}
+
+pub fn dropout(x: i64, p: f64, train: bool) -> Result<i64> {
+    if !(0.0..=1.0).contains(&p) {
+        crate::bail!(E_INVALID_ARG, "dropout: p must be in [0, 1], got {p}");
+    }
+    run("dropout", [x], |[x]| imp::dropout(x, p, train), |[x]| float_error("dropout", x))
+}
+
+fn layernorm_error(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Option<Error> {
+    let (sx, sw) = (shape(x), shape(w));
+    if sw.len() > sx.len() || sx[sx.len() - sw.len()..] != sw[..] {
+        return Some(crate::err!(E_SHAPE, "layernorm: input {} does not end with weight shape {}", fmt(&sx), fmt(&sw)));
+    }
+    let sb = b.map(shape).filter(|sb| *sb != sw)?;
+    Some(crate::err!(E_SHAPE, "layernorm: bias {} differs from weight {}", fmt(&sb), fmt(&sw)))
+}
+
+/// Layer norm over `w`'s trailing shape; `b == 0` means no bias.
+pub fn layernorm(x: i64, w: i64, b: i64, eps: f64) -> Result<i64> {
+    if b == 0 {
+        run("layernorm", [x, w], |[x, w]| imp::layernorm(x, w, None, eps), |[x, w]| layernorm_error(x, w, None))
+    } else {
+        run("layernorm", [x, w, b], |[x, w, b]| imp::layernorm(x, w, Some(b), eps), |[x, w, b]| layernorm_error(x, w, Some(b)))
+    }
+}
+
+/// `[dx, dw, db]` handles (`db` is 0 when `b` is 0).
+pub fn layernorm_backward(x: i64, w: i64, b: i64, eps: f64, grad: i64) -> Result<Vec<i64>> {
+    let [tx, tw, tg] = lookup([x, w, grad])?;
+    let tb = if b == 0 { None } else { Some(get(b)?) };
+    let mut refs = vec![&*tx, &*tw, &*tg];
+    refs.extend(tb.as_deref());
+    let bk = backend::same_backend("layernorm_backward", &refs)?;
+    let grads = imp::layernorm_backward(&tx.raw, &tw.raw, tb.as_ref().map(|t| &t.raw), eps, &tg.raw)
+        .map_err(|e| diagnose("layernorm_backward", &refs, e, || layernorm_error(&tx, &tw, tb.as_deref())))?;
+    let mut out = Vec::with_capacity(3);
+    for g in grads {
+        match register(bk, g) {
+            Ok(h) => out.push(h),
+            Err(e) => {
+                out.iter().for_each(|h| drop(crate::registry::TENSORS.release(*h)));
+                return Err(e);
+            }
+        }
+    }
+    out.resize(3, 0);
+    Ok(out)
+}
+
+pub fn embedding(w: i64, ids: i64) -> Result<i64> {
+    run("embedding", [w, ids], |[w, i]| imp::embedding(w, i), |[w, ids]| {
+        let dt = imp::dtype(&ids.raw).ok()?;
+        if !matches!(dt, DType::I64 | DType::I32) {
+            return Some(crate::err!(E_DTYPE, "embedding: ids must be int64 or int32, got {}", dt.name()));
+        }
+        let sw = shape(w);
+        if sw.len() != 2 {
+            return Some(crate::err!(E_SHAPE, "embedding: weight must be [vocab, dim], got {}", fmt(&sw)));
+        }
+        let (lo, hi) = imp::min_max(&ids.raw).ok()?;
+        (lo < 0.0 || hi >= sw[0] as f64)
+            .then(|| crate::err!(E_SHAPE, "embedding: ids range over [{lo}, {hi}] but the table has {} rows", sw[0]))
+    })
+}
+
+/// `x @ w + b` with `w` laid out `[in, out]`; `b == 0` means no bias.
+pub fn linear(x: i64, w: i64, b: i64) -> Result<i64> {
+    if b == 0 {
+        return run("linear", [x, w], |[x, w]| imp::linear(x, w, None), |[x, w]| matmul_error("linear", x, w));
+    }
+    run("linear", [x, w, b], |[x, w, b]| imp::linear(x, w, Some(b)), |[x, w, b]| {
+        matmul_error("linear", x, w).or_else(|| {
+            let (sw, sb) = (shape(w), shape(b));
+            let out = sw.last().copied().unwrap_or(1);
+            broadcast(&[out], &sb)
+                .filter(|s| s.len() == 1)
+                .is_none()
+                .then(|| crate::err!(E_SHAPE, "linear: bias {} does not fit {out} outputs", fmt(&sb)))
+        })
+    })
+}
+
+pub fn cross_entropy(logits: i64, targets: i64) -> Result<i64> {
+    run("cross_entropy", [logits, targets], |[l, t]| imp::cross_entropy(l, t), |[l, t]| {
+        let (sl, st) = (shape(l), shape(t));
+        let dt = imp::dtype(&t.raw).ok()?;
+        let fits = match dt {
+            DType::I64 => sl.len() == st.len() + 1 && sl.first() == st.first(),
+            d if d.is_float() => sl == st,
+            _ => return Some(crate::err!(E_DTYPE, "cross_entropy: targets must be int64 class ids or float probabilities, got {}", dt.name())),
+        };
+        (!fits).then(|| crate::err!(E_SHAPE, "cross_entropy: logits {} and targets {} do not fit", fmt(&sl), fmt(&st)))
+    })
+}
+
+pub fn to_device(x: i64, dev: i64) -> Result<i64> {
+    let d = tensor::device(dev)?;
+    let t = get(x)?;
+    t.backend.check_device(d)?;
+    run("to_device", [x], |[x]| imp::to_device(x, d), |_| None)
+}
+
+pub fn to_dtype(x: i64, dtype: &str) -> Result<i64> {
+    let dt = DType::parse(dtype)?;
+    run("to_dtype", [x], |[x]| imp::to_dtype(x, dt), |_| None)
 }

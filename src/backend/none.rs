@@ -54,3 +54,43 @@ pub fn device(t: &Raw) -> Device {
 pub fn matmul(a: &Raw, _b: &Raw) -> Result<Raw> {
     match *a {}
 }
+
+/// Entry points that take tensors: unreachable without a backend, since no
+/// tensor can be made; they still return the unavailable error, not a panic.
+macro_rules! unavailable {
+    ($(pub fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(pub fn $name($($arg: $ty),*) -> $ret { let _ = ($($arg),*); Err(unavailable()) })*
+    };
+}
+
+use crate::ops::{Binary, Reduce, Unary};
+
+unavailable! {
+    pub fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw>;
+    pub fn unary(op: Unary, x: &Raw) -> Result<Raw>;
+    pub fn reshape(x: &Raw, s: &[i64]) -> Result<Raw>;
+    pub fn view(x: &Raw, s: &[i64]) -> Result<Raw>;
+    pub fn transpose(x: &Raw, a: i64, b: i64) -> Result<Raw>;
+    pub fn concat(ts: &[&Raw], d: i64) -> Result<Raw>;
+    pub fn slice(x: &Raw, d: i64, a: i64, b: i64, c: i64) -> Result<Raw>;
+    pub fn reduce(op: Reduce, x: &Raw, d: Option<i64>, k: bool) -> Result<Raw>;
+    pub fn softmax(x: &Raw, d: i64) -> Result<Raw>;
+    pub fn masked_softmax(x: &Raw, m: &Raw, d: i64, t: Option<i64>) -> Result<Raw>;
+    pub fn masked_softmax_backward(g: &Raw, o: &Raw, m: &Raw, d: i64) -> Result<Raw>;
+    pub fn dropout(x: &Raw, p: f64, t: bool) -> Result<Raw>;
+    pub fn layernorm(x: &Raw, w: &Raw, b: Option<&Raw>, e: f64) -> Result<Raw>;
+    pub fn layernorm_backward(x: &Raw, w: &Raw, b: Option<&Raw>, e: f64, g: &Raw) -> Result<Vec<Raw>>;
+    pub fn embedding(w: &Raw, i: &Raw) -> Result<Raw>;
+    pub fn linear(x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<Raw>;
+    pub fn cross_entropy(l: &Raw, t: &Raw) -> Result<Raw>;
+    pub fn to_device(x: &Raw, d: Device) -> Result<Raw>;
+    pub fn to_dtype(x: &Raw, d: DType) -> Result<Raw>;
+    pub fn min_max(x: &Raw) -> Result<(f64, f64)>;
+    pub fn set_requires_grad(x: &Raw) -> Result<()>;
+    pub fn backward(x: &Raw) -> Result<()>;
+    pub fn grad(x: &Raw) -> Result<Option<Raw>>;
+    pub fn zero_grad(x: &Raw) -> Result<()>;
+    pub fn all_finite(x: &Raw) -> Result<bool>;
+    pub fn scale_(x: &Raw, s: f64) -> Result<()>;
+    pub fn clip_grad_norm(gs: &[&Raw], m: f64, n: f64) -> Result<f64>;
+}

@@ -3,6 +3,7 @@
 //! This module holds the two helpers they share: the panic boundary and the
 //! checked conversion of caller pointers.
 
+pub mod autograd;
 pub mod backend;
 pub mod library;
 pub mod ops;

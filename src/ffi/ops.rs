@@ -1,14 +1,210 @@
-//! Tensor operations: each returns a new tensor handle and leaves its inputs unchanged.
+//! Tensor operations. Each returns a new tensor handle owned by the caller
+//! (release with `enkai_tensor_free`) and leaves its inputs unchanged; on
+//! error it returns 0. Every op can fail with `E_HANDLE_*` (bad input handle),
+//! `E_BACKEND_MISMATCH`, `E_DEVICE` (inputs on different devices) and
+//! `E_TORCH` (libtorch refused for a reason not classified below).
 
-use crate::ops;
+use std::ffi::{c_char, c_int};
 
-use super::guard;
+use super::{guard, str_arg, EnkaiSlice};
+use crate::json;
+use crate::ops::{self, Binary, Reduce, Unary};
 
-/// `torch.matmul(a, b)`: matrix product with 1-D promotion and broadcast batch
-/// dims. Returns a new handle owned by the caller, or 0 with `E_SHAPE`
-/// (`matmul [2,3] x [4,5]`), `E_DTYPE`, `E_DEVICE`, `E_BACKEND_MISMATCH`,
-/// `E_HANDLE_*`, `E_TORCH`.
+/// `torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast.
+/// Errors: `E_SHAPE` (`matmul [2,3] x [4,5]`), `E_DTYPE` (dtypes differ).
 #[no_mangle]
 pub extern "C" fn enkai_tensor_matmul(a: i64, b: i64) -> i64 {
     guard(|| ops::matmul(a, b))
+}
+
+/// `a + b` with broadcasting and PyTorch's type promotion. Errors: `E_SHAPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_add(a: i64, b: i64) -> i64 {
+    guard(|| ops::binary(Binary::Add, a, b))
+}
+
+/// `a - b` with broadcasting. Errors: `E_SHAPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_sub(a: i64, b: i64) -> i64 {
+    guard(|| ops::binary(Binary::Sub, a, b))
+}
+
+/// `a * b` (elementwise) with broadcasting. Errors: `E_SHAPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_mul(a: i64, b: i64) -> i64 {
+    guard(|| ops::binary(Binary::Mul, a, b))
+}
+
+/// `a / b` (true division) with broadcasting. Errors: `E_SHAPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_div(a: i64, b: i64) -> i64 {
+    guard(|| ops::binary(Binary::Div, a, b))
+}
+
+/// `x.reshape(shape)`; `shape` is a JSON array that may hold one `-1`.
+/// Errors: `E_NULL_POINTER`, `E_INVALID_ARG`, `E_SHAPE` (element count differs).
+///
+/// # Safety
+/// `shape` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_tensor_reshape(x: i64, shape: *const c_char) -> i64 {
+    guard(|| ops::reshape(x, unsafe { str_arg(shape, "shape")? }))
+}
+
+/// `x.view(shape)`, falling back to a copy when the strides allow no view.
+/// Errors as `enkai_tensor_reshape`.
+///
+/// # Safety
+/// `shape` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_tensor_view(x: i64, shape: *const c_char) -> i64 {
+    guard(|| ops::view(x, unsafe { str_arg(shape, "shape")? }))
+}
+
+/// `x.transpose(d0, d1)`; negative dims count from the end. Errors: `E_SHAPE` (dim out of range).
+#[no_mangle]
+pub extern "C" fn enkai_tensor_transpose(x: i64, d0: i64, d1: i64) -> i64 {
+    guard(|| ops::transpose(x, d0, d1))
+}
+
+/// `torch.cat` of the JSON handle list `handles` along `dim`.
+/// Errors: `E_NULL_POINTER`, `E_INVALID_ARG` (bad or empty list), `E_SHAPE`, `E_DTYPE`.
+///
+/// # Safety
+/// `handles` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_tensor_concat(handles: *const c_char, dim: i64) -> i64 {
+    guard(|| ops::concat(unsafe { str_arg(handles, "handles")? }, dim))
+}
+
+/// `x[start:end:step]` along `dim` (Python slice semantics, clamped; `step > 0`).
+/// Errors: `E_INVALID_ARG` (step), `E_SHAPE` (dim).
+#[no_mangle]
+pub extern "C" fn enkai_tensor_slice(x: i64, dim: i64, start: i64, end: i64, step: i64) -> i64 {
+    guard(|| ops::slice(x, dim, start, end, step))
+}
+
+/// Sum over `dim`, or over every dim when `dim < 0`; `keepdim` non-zero keeps
+/// reduced dims as 1. Errors: `E_SHAPE` (dim out of range).
+#[no_mangle]
+pub extern "C" fn enkai_tensor_sum(x: i64, dim: i64, keepdim: c_int) -> i64 {
+    guard(|| ops::reduce(Reduce::Sum, x, dim, keepdim != 0))
+}
+
+/// Mean over `dim`, or over every dim when `dim < 0`. Errors: `E_SHAPE`, `E_DTYPE` (integer input).
+#[no_mangle]
+pub extern "C" fn enkai_tensor_mean(x: i64, dim: i64, keepdim: c_int) -> i64 {
+    guard(|| ops::reduce(Reduce::Mean, x, dim, keepdim != 0))
+}
+
+/// `torch.softmax(x, dim)`. Errors: `E_SHAPE`, `E_DTYPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_softmax(x: i64, dim: i64) -> i64 {
+    guard(|| ops::softmax(x, dim))
+}
+
+/// `torch._masked_softmax(x, mask != 0, dim, mask_type)`: `mask` of any dtype,
+/// non-zero = masked out; a fully masked row gives zeros. `mask_type` 0: `[L,L]`
+/// mask for a `[B,H,L,L]` input, 1: `[B,L]` key-padding mask, 2: mask of x's shape.
+/// Errors: `E_INVALID_ARG` (mask_type), `E_SHAPE`, `E_DTYPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_masked_softmax(x: i64, mask: i64, dim: i64, mask_type: i64) -> i64 {
+    guard(|| ops::masked_softmax(x, mask, dim, mask_type))
+}
+
+/// Gradient of `masked_softmax` w.r.t. its input, from its output `out`
+/// (mask of x's shape). Errors: `E_SHAPE`, `E_DTYPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_masked_softmax_backward(grad_out: i64, out: i64, mask: i64, dim: i64) -> i64 {
+    guard(|| ops::masked_softmax_backward(grad_out, out, mask, dim))
+}
+
+/// `torch.relu(x)`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_relu(x: i64) -> i64 {
+    guard(|| ops::unary(Unary::Relu, x))
+}
+
+/// `torch.sigmoid(x)`. Errors: `E_DTYPE` (integer input).
+#[no_mangle]
+pub extern "C" fn enkai_tensor_sigmoid(x: i64) -> i64 {
+    guard(|| ops::unary(Unary::Sigmoid, x))
+}
+
+/// `torch.tanh(x)`. Errors: `E_DTYPE` (integer input).
+#[no_mangle]
+pub extern "C" fn enkai_tensor_tanh(x: i64) -> i64 {
+    guard(|| ops::unary(Unary::Tanh, x))
+}
+
+/// `torch.nn.functional.gelu(x)` with the exact erf form. Errors: `E_DTYPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_gelu(x: i64) -> i64 {
+    guard(|| ops::unary(Unary::Gelu, x))
+}
+
+/// `torch.nn.functional.dropout(x, p, training=train != 0)`; identity when
+/// `train` is 0 or `p` is 0. Errors: `E_INVALID_ARG` (p outside [0,1]), `E_DTYPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_dropout(x: i64, p: f64, train: c_int) -> i64 {
+    guard(|| ops::dropout(x, p, train != 0))
+}
+
+/// `torch.nn.functional.layer_norm` over `w`'s trailing shape; `b` may be 0
+/// for no bias. Errors: `E_SHAPE`, `E_DTYPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_layernorm(x: i64, w: i64, b: i64, eps: f64) -> i64 {
+    guard(|| ops::layernorm(x, w, b, eps))
+}
+
+/// Gradients of `layernorm(x, w, b, eps)` for `grad_out`, as JSON bytes
+/// `[dx,dw,db]` of new handles owned by the caller (`db` is 0 when `b` is 0);
+/// release the slice with `enkai_free`. `{NULL,0}` on error (`E_SHAPE`, …).
+#[no_mangle]
+pub extern "C" fn enkai_tensor_layernorm_backward(x: i64, w: i64, b: i64, eps: f64, grad_out: i64) -> EnkaiSlice {
+    guard(|| EnkaiSlice::from_bytes(json::write_int_list(&ops::layernorm_backward(x, w, b, eps, grad_out)?).as_bytes()))
+}
+
+/// `torch.nn.functional.embedding(ids, w)`: rows of `w` `[vocab, dim]` picked
+/// by int64/int32 `ids`. Errors: `E_DTYPE` (ids), `E_SHAPE` (ids out of range).
+#[no_mangle]
+pub extern "C" fn enkai_tensor_embedding(w: i64, ids: i64) -> i64 {
+    guard(|| ops::embedding(w, ids))
+}
+
+/// `x @ w + b` with `w` laid out `[in, out]`; `b` may be 0 for none.
+/// Errors: `E_SHAPE`, `E_DTYPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_linear(x: i64, w: i64, b: i64) -> i64 {
+    guard(|| ops::linear(x, w, b))
+}
+
+/// `torch.nn.functional.cross_entropy(logits, targets)`, mean over rows;
+/// `targets` are int64 class ids (or probabilities of the logits' shape).
+/// Errors: `E_SHAPE`, `E_DTYPE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_cross_entropy(logits: i64, targets: i64) -> i64 {
+    guard(|| ops::cross_entropy(logits, targets))
+}
+
+/// A copy of `x` on the device `dev` (differentiable). Errors: `E_DEVICE`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_to_device(x: i64, dev: i64) -> i64 {
+    guard(|| ops::to_device(x, dev))
+}
+
+/// `x` converted to `dtype` (differentiable for floating dtypes).
+/// Errors: `E_NULL_POINTER`, `E_INVALID_ARG` (unknown dtype).
+///
+/// # Safety
+/// `dtype` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_tensor_to_dtype(x: i64, dtype: *const c_char) -> i64 {
+    guard(|| ops::to_dtype(x, unsafe { str_arg(dtype, "dtype")? }))
+}
+
+/// `x.detach()`: shares storage, records no gradient.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_detach(x: i64) -> i64 {
+    guard(|| ops::unary(Unary::Detach, x))
 }

@@ -1,10 +1,12 @@
 //! libtorch through `tch`. Only fallible `f_*` methods are used, so libtorch's
 //! C++ exceptions arrive here as `TchError` values and leave as `E_TORCH`.
 
+mod autograd;
 mod create;
 mod data;
 mod ops;
 
+pub use autograd::*;
 pub use create::*;
 pub use data::*;
 pub use ops::*;

@@ -1,8 +1,138 @@
-//! Tensor operations, one libtorch call each.
+//! Tensor operations, one libtorch call each (argument checks live in `crate::ops`).
 
-use super::{torch_err, Raw};
+use super::{kind, tdevice, torch_err, Raw};
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::{Binary, Reduce, Unary};
+
+fn wrap(r: std::result::Result<tch::Tensor, tch::TchError>) -> Result<Raw> {
+    r.map(Raw).map_err(torch_err)
+}
 
 pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
-    a.0.f_matmul(&b.0).map(Raw).map_err(torch_err)
+    wrap(a.0.f_matmul(&b.0))
+}
+
+pub fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
+    wrap(match op {
+        Binary::Add => a.0.f_add(&b.0),
+        Binary::Sub => a.0.f_sub(&b.0),
+        Binary::Mul => a.0.f_mul(&b.0),
+        Binary::Div => a.0.f_div(&b.0),
+    })
+}
+
+pub fn unary(op: Unary, x: &Raw) -> Result<Raw> {
+    wrap(match op {
+        Unary::Relu => x.0.f_relu(),
+        Unary::Sigmoid => x.0.f_sigmoid(),
+        Unary::Tanh => x.0.f_tanh(),
+        Unary::Gelu => x.0.f_gelu("none"),
+        Unary::Detach => x.0.f_detach(),
+    })
+}
+
+pub fn reshape(x: &Raw, shape: &[i64]) -> Result<Raw> {
+    wrap(x.0.f_reshape(shape))
+}
+
+/// A view when the strides allow one, else a copy (as `reshape` does).
+pub fn view(x: &Raw, shape: &[i64]) -> Result<Raw> {
+    x.0.f_view_(shape).or_else(|_| x.0.f_reshape(shape)).map(Raw).map_err(torch_err)
+}
+
+pub fn transpose(x: &Raw, d0: i64, d1: i64) -> Result<Raw> {
+    wrap(x.0.f_transpose(d0, d1))
+}
+
+pub fn concat(ts: &[&Raw], dim: i64) -> Result<Raw> {
+    let v: Vec<&tch::Tensor> = ts.iter().map(|t| &t.0).collect();
+    wrap(tch::Tensor::f_cat(&v, dim))
+}
+
+pub fn slice(x: &Raw, dim: i64, start: i64, end: i64, step: i64) -> Result<Raw> {
+    wrap(x.0.f_slice(dim, start, end, step))
+}
+
+/// `dim = None` reduces every dimension.
+pub fn reduce(op: Reduce, x: &Raw, dim: Option<i64>, keepdim: bool) -> Result<Raw> {
+    let dims = dim.map(|d| vec![d]);
+    wrap(match op {
+        Reduce::Sum => x.0.f_sum_dim_intlist(dims.as_deref(), keepdim, None),
+        Reduce::Mean => x.0.f_mean_dim(dims.as_deref(), keepdim, None),
+    })
+}
+
+pub fn softmax(x: &Raw, dim: i64) -> Result<Raw> {
+    wrap(x.0.f_softmax(dim, None))
+}
+
+/// `mask` of any dtype: non-zero means masked out.
+pub fn masked_softmax(x: &Raw, mask: &Raw, dim: i64, mask_type: Option<i64>) -> Result<Raw> {
+    let m = mask.0.f_ne(0).map_err(torch_err)?;
+    wrap(x.0.f_internal_masked_softmax(&m, dim, mask_type))
+}
+
+pub fn masked_softmax_backward(grad: &Raw, out: &Raw, mask: &Raw, dim: i64) -> Result<Raw> {
+    let m = mask.0.f_ne(0).map_err(torch_err)?;
+    wrap(tch::Tensor::f_internal_masked_softmax_backward(&grad.0, &out.0, &m, dim))
+}
+
+pub fn dropout(x: &Raw, p: f64, train: bool) -> Result<Raw> {
+    wrap(x.0.f_dropout(p, train))
+}
+
+pub fn layernorm(x: &Raw, w: &Raw, b: Option<&Raw>, eps: f64) -> Result<Raw> {
+    let shape = w.0.size();
+    wrap(x.0.f_layer_norm(&shape, Some(&w.0), b.map(|b| &b.0), eps, true))
+}
+
+/// `[dx, dw, db]` for `grad_out` through layer_norm: the vector-Jacobian
+/// product taken by autograd on detached copies, which runs libtorch's own
+/// `native_layer_norm_backward` (tch exposes no direct binding of it).
+pub fn layernorm_backward(x: &Raw, w: &Raw, b: Option<&Raw>, eps: f64, grad: &Raw) -> Result<Vec<Raw>> {
+    let leaf = |t: &tch::Tensor| t.f_detach()?.f_set_requires_grad(true);
+    let run = || -> std::result::Result<Vec<tch::Tensor>, tch::TchError> {
+        let (x, w) = (leaf(&x.0)?, leaf(&w.0)?);
+        let b = b.map(|b| leaf(&b.0)).transpose()?;
+        let out = x.f_layer_norm(w.size(), Some(&w), b.as_ref(), eps, true)?;
+        let loss = out.f_mul(&grad.0)?.f_sum(None::<tch::Kind>)?;
+        let mut inputs = vec![&x, &w];
+        inputs.extend(b.as_ref());
+        tch::Tensor::f_run_backward(&[loss], &inputs, false, false)
+    };
+    tch::with_grad(run).map(|v| v.into_iter().map(Raw).collect()).map_err(torch_err)
+}
+
+pub fn embedding(w: &Raw, ids: &Raw) -> Result<Raw> {
+    wrap(tch::Tensor::f_embedding(&w.0, &ids.0, -1, false, false))
+}
+
+/// `x @ w + b` with `w` laid out `[in, out]`.
+pub fn linear(x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<Raw> {
+    let y = x.0.f_matmul(&w.0).map_err(torch_err)?;
+    match b {
+        Some(b) => wrap(y.f_add(&b.0)),
+        None => Ok(Raw(y)),
+    }
+}
+
+pub fn cross_entropy(logits: &Raw, targets: &Raw) -> Result<Raw> {
+    wrap(logits.0.f_cross_entropy_loss(&targets.0, None::<tch::Tensor>, tch::Reduction::Mean, -100, 0.0))
+}
+
+pub fn to_device(x: &Raw, dev: Device) -> Result<Raw> {
+    wrap(x.0.f_to_device(tdevice(dev)))
+}
+
+pub fn to_dtype(x: &Raw, dtype: DType) -> Result<Raw> {
+    wrap(x.0.f_to_kind(kind(dtype)))
+}
+
+/// Smallest and largest element, for error messages.
+pub fn min_max(x: &Raw) -> Result<(f64, f64)> {
+    let lo = x.0.f_min().and_then(|t| t.f_double_value(&[])).map_err(torch_err)?;
+    let hi = x.0.f_max().and_then(|t| t.f_double_value(&[])).map_err(torch_err)?;
+    Ok((lo, hi))
 }

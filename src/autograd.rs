@@ -1,0 +1,103 @@
+//! Autograd over handles: marking leaves, backward, reading and editing grads.
+
+use crate::backend::imp;
+use crate::error::{Code, Result};
+use crate::json;
+use crate::registry::TENSORS;
+use crate::tensor::{get, numel_of, register};
+
+fn autograd_err(op: &str, e: crate::Error) -> crate::Error {
+    if e.code == Code::E_TORCH {
+        crate::err!(E_AUTOGRAD, "{op}: {}", e.detail)
+    } else {
+        e
+    }
+}
+
+/// Marks `t` as a leaf that records gradients; returns `t` itself (no new reference).
+pub fn require_grad(h: i64) -> Result<i64> {
+    let t = get(h)?;
+    let dt = imp::dtype(&t.raw)?;
+    if !dt.is_float() {
+        crate::bail!(E_DTYPE, "require_grad: only floating tensors can require gradients, got {}", dt.name());
+    }
+    imp::set_requires_grad(&t.raw).map_err(|e| autograd_err("require_grad", e))?;
+    Ok(h)
+}
+
+pub fn backward(loss: i64) -> Result<()> {
+    let t = get(loss)?;
+    let s = imp::shape(&t.raw);
+    if numel_of(&s)? != 1 {
+        crate::bail!(E_AUTOGRAD, "backward: the loss must have one element, got shape {}", json::write_int_list(&s));
+    }
+    imp::backward(&t.raw).map_err(|e| autograd_err("backward", e))
+}
+
+/// A new handle on `t.grad` (sharing its storage), or 0 when there is none.
+pub fn grad(h: i64) -> Result<i64> {
+    let t = get(h)?;
+    match imp::grad(&t.raw)? {
+        Some(g) => register(t.backend, g),
+        None => Ok(0),
+    }
+}
+
+/// One handle per entry of the JSON list, 0 where there is no grad. All
+/// handles are checked first, so a bad entry creates nothing.
+pub fn grad_multi(params: &str) -> Result<Vec<i64>> {
+    let hs = json::handle_list(params)?;
+    TENSORS.get_many(&hs)?;
+    let mut out = Vec::with_capacity(hs.len());
+    for h in hs {
+        match grad(h) {
+            Ok(g) => out.push(g),
+            Err(e) => {
+                out.iter().filter(|g| **g != 0).for_each(|g| drop(TENSORS.release(*g)));
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Tensors of a JSON handle list, 0 entries skipped; every handle checked first.
+fn live_entries(list: &str) -> Result<Vec<(i64, std::sync::Arc<crate::backend::Tensor>)>> {
+    let hs: Vec<i64> = json::handle_list(list)?.into_iter().filter(|h| *h != 0).collect();
+    Ok(hs.iter().copied().zip(TENSORS.get_many(&hs)?).collect())
+}
+
+pub fn zero_grad(h: i64) -> Result<()> {
+    imp::zero_grad(&get(h)?.raw)
+}
+
+pub fn zero_grad_multi(params: &str) -> Result<()> {
+    live_entries(params)?.iter().try_for_each(|(_, t)| imp::zero_grad(&t.raw))
+}
+
+/// Fails with `E_NOT_FINITE` naming the first handle holding NaN or infinity.
+pub fn check_finite_multi(handles: &str) -> Result<()> {
+    for (i, (h, t)) in live_entries(handles)?.iter().enumerate() {
+        if !imp::all_finite(&t.raw)? {
+            crate::bail!(E_NOT_FINITE, "tensor {h} (entry {i}) has non-finite values");
+        }
+    }
+    Ok(())
+}
+
+pub fn scale_grads_multi(grads: &str, scale: f64) -> Result<()> {
+    live_entries(grads)?.iter().try_for_each(|(_, t)| imp::scale_(&t.raw, scale))
+}
+
+/// `torch.nn.utils.clip_grad_norm_` over the listed grads; returns the pre-clip total norm.
+pub fn clip_grad_norm_multi(grads: &str, max_norm: f64, norm_type: f64) -> Result<f64> {
+    if !(norm_type > 0.0) {
+        crate::bail!(E_INVALID_ARG, "clip_grad_norm: norm_type must be > 0 or inf, got {norm_type}");
+    }
+    if max_norm.is_nan() {
+        crate::bail!(E_INVALID_ARG, "clip_grad_norm: max_norm is NaN");
+    }
+    let entries = live_entries(grads)?;
+    let raws: Vec<&imp::Raw> = entries.iter().map(|(_, t)| &t.raw).collect();
+    imp::clip_grad_norm(&raws, max_norm, norm_type)
+}
