@@ -43,14 +43,14 @@ pub fn grad(h: i64) -> Result<i64> {
     }
 }
 
-/// One handle per entry of the JSON list, 0 where there is no grad. All
+/// One handle per entry of the JSON list, 0 where there is no grad (or the entry is 0). All
 /// handles are checked first, so a bad entry creates nothing.
 pub fn grad_multi(params: &str) -> Result<Vec<i64>> {
     let hs = json::handle_list(params)?;
-    TENSORS.get_many(&hs)?;
+    live_entries(params)?;
     let mut out = Vec::with_capacity(hs.len());
     for h in hs {
-        match grad(h) {
+        match if h == 0 { Ok(0) } else { grad(h) } {
             Ok(g) => out.push(g),
             Err(e) => {
                 out.iter().filter(|g| **g != 0).for_each(|g| drop(TENSORS.release(*g)));

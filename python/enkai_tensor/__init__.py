@@ -1,0 +1,417 @@
+"""Python bindings for libenkai_tensor.so (ctypes; numpy optional).
+
+    import enkai_tensor as et
+    x = et.randn([2, 3]).require_grad()
+    y = (x @ et.ones([3, 2])).relu().sum()
+    y.backward()
+    print(x.grad.numpy())
+"""
+
+import ctypes
+import json
+
+from ._lib import EnkaiSlice, lib
+
+__all__ = [
+    "EnkaiError", "Tensor", "Device", "device", "randn", "zeros", "ones", "full", "from_bytes",
+    "from_numpy", "ids_u32", "manual_seed", "backend_list", "backend_set", "backend_current",
+    "live", "concat", "matmul", "softmax", "masked_softmax", "masked_softmax_backward", "layernorm",
+    "layernorm_backward", "embedding", "linear", "cross_entropy", "dropout", "grad_multi",
+    "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
+]
+
+_CODES = {}
+
+
+class EnkaiError(Exception):
+    """A failed call: `code` is the E_ name (e.g. "E_SHAPE"), `number` its value."""
+
+    def __init__(self, message, code, number):
+        super().__init__(message)
+        self.code, self.number = code, number
+
+
+def _raise():
+    text = lib.enkai_tensor_last_error()
+    text = text.decode() if text else "E_INTERNAL: failed without an error message"
+    raise EnkaiError(text, text.split(":", 1)[0], lib.enkai_tensor_last_error_code())
+
+
+def _check_handle(h):
+    if h == 0:
+        _raise()
+    return h
+
+
+def _check_status(rc):
+    if rc != 0:
+        _raise()
+
+
+def _enc(s):
+    return s.encode() if isinstance(s, str) else s
+
+
+def _shape_json(shape):
+    return json.dumps(list(shape), separators=(",", ":")).encode()
+
+
+def _handles_json(ts):
+    return _shape_json(0 if t is None else (t.handle if isinstance(t, Tensor) else int(t)) for t in ts)
+
+
+def _out_string(fn, *args):
+    p, n = ctypes.c_char_p(), ctypes.c_size_t()
+    _check_status(fn(*args, ctypes.byref(p), ctypes.byref(n)))
+    try:
+        return ctypes.string_at(p, n.value).decode()
+    finally:
+        lib.enkai_tensor_string_free(p)
+
+
+def _slice_text(s):
+    if not s.ptr:
+        _raise()
+    try:
+        return ctypes.string_at(s.ptr, s.len).decode()
+    finally:
+        lib.enkai_free(s.ptr, s.len)
+
+
+class Device:
+    """A device handle (`cpu`, `cuda`, `cuda:N`, `auto`)."""
+
+    def __init__(self, spec="cpu"):
+        self.spec = spec
+        self.handle = _check_handle(lib.enkai_tensor_device(_enc(spec)))
+
+    def __del__(self):
+        h, self.handle = getattr(self, "handle", 0), 0
+        if h and lib is not None:
+            lib.enkai_tensor_device_free(h)
+
+    def __repr__(self):
+        return f"Device({self.spec!r})"
+
+
+_default_device = None
+
+
+def device(spec=None):
+    """`device()` is the shared CPU device; `device("cuda:0")` a new one."""
+    global _default_device
+    if spec is None:
+        if _default_device is None:
+            _default_device = Device("cpu")
+        return _default_device
+    return Device(spec)
+
+
+_DTYPE_SIZES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
+_NUMPY = {"fp32": "float32", "fp16": "float16", "fp64": "float64", "int64": "int64", "int32": "int32",
+          "bool": "bool", "uint8": "uint8"}
+
+
+class Tensor:
+    """Owns one reference to a tensor handle; freed on garbage collection or `with` exit."""
+
+    __slots__ = ("handle", "__weakref__")
+
+    def __init__(self, handle):
+        self.handle = _check_handle(handle)
+
+    @classmethod
+    def borrow(cls, handle):
+        """A new reference to an existing handle (retained)."""
+        _check_status(lib.enkai_tensor_retain(handle))
+        return cls(handle)
+
+    def free(self):
+        h, self.handle = self.handle, 0
+        if h:
+            _check_status(lib.enkai_tensor_free(h))
+
+    def __del__(self):
+        h, self.handle = getattr(self, "handle", 0), 0
+        if h and lib is not None:
+            lib.enkai_tensor_free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    # metadata
+    @property
+    def shape(self):
+        return tuple(json.loads(_slice_text(lib.enkai_tensor_shape(self.handle))))
+
+    @property
+    def dtype(self):
+        return _out_string(lib.enkai_tensor_dtype, self.handle)
+
+    def numel(self):
+        n = lib.enkai_tensor_numel(self.handle)
+        if n < 0:
+            _raise()
+        return n
+
+    def item(self):
+        v = lib.enkai_tensor_item(self.handle)
+        if v != v and lib.enkai_tensor_last_error_code() != 0:
+            _raise()
+        return v
+
+    def to_bytes(self):
+        n = self.numel() * _DTYPE_SIZES[self.dtype]
+        buf = ctypes.create_string_buffer(max(n, 1))
+        _check_status(lib.enkai_tensor_copy_to(self.handle, buf, n))
+        return buf.raw[:n]
+
+    def numpy(self):
+        import numpy as np
+
+        dt = self.dtype
+        if dt == "bf16":
+            return self.to_dtype("fp32").numpy()
+        return np.frombuffer(self.to_bytes(), dtype=_NUMPY[dt]).reshape(self.shape).copy()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __repr__(self):
+        return f"Tensor(handle={self.handle}, shape={list(self.shape)}, dtype={self.dtype})"
+
+    # ops
+    def __add__(self, o):
+        return Tensor(lib.enkai_tensor_add(self.handle, _as_tensor(o, self).handle))
+
+    def __sub__(self, o):
+        return Tensor(lib.enkai_tensor_sub(self.handle, _as_tensor(o, self).handle))
+
+    def __mul__(self, o):
+        return Tensor(lib.enkai_tensor_mul(self.handle, _as_tensor(o, self).handle))
+
+    def __truediv__(self, o):
+        return Tensor(lib.enkai_tensor_div(self.handle, _as_tensor(o, self).handle))
+
+    def __matmul__(self, o):
+        return Tensor(lib.enkai_tensor_matmul(self.handle, o.handle))
+
+    def __radd__(self, o):
+        return _as_tensor(o, self) + self
+
+    def __rsub__(self, o):
+        return _as_tensor(o, self) - self
+
+    def __rmul__(self, o):
+        return _as_tensor(o, self) * self
+
+    def __rtruediv__(self, o):
+        return _as_tensor(o, self) / self
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape
+        return Tensor(lib.enkai_tensor_reshape(self.handle, _shape_json(shape)))
+
+    def view(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape
+        return Tensor(lib.enkai_tensor_view(self.handle, _shape_json(shape)))
+
+    def transpose(self, d0, d1):
+        return Tensor(lib.enkai_tensor_transpose(self.handle, d0, d1))
+
+    def slice(self, dim, start, end, step=1):
+        return Tensor(lib.enkai_tensor_slice(self.handle, dim, start, end, step))
+
+    def sum(self, dim=-1, keepdim=False):
+        """Sum over `dim`, or over everything when `dim` is negative (the C ABI's rule)."""
+        return Tensor(lib.enkai_tensor_sum(self.handle, dim, int(keepdim)))
+
+    def mean(self, dim=-1, keepdim=False):
+        return Tensor(lib.enkai_tensor_mean(self.handle, dim, int(keepdim)))
+
+    def softmax(self, dim):
+        return Tensor(lib.enkai_tensor_softmax(self.handle, dim))
+
+    def relu(self):
+        return Tensor(lib.enkai_tensor_relu(self.handle))
+
+    def sigmoid(self):
+        return Tensor(lib.enkai_tensor_sigmoid(self.handle))
+
+    def tanh(self):
+        return Tensor(lib.enkai_tensor_tanh(self.handle))
+
+    def gelu(self):
+        return Tensor(lib.enkai_tensor_gelu(self.handle))
+
+    def detach(self):
+        return Tensor(lib.enkai_tensor_detach(self.handle))
+
+    def to_dtype(self, dtype):
+        return Tensor(lib.enkai_tensor_to_dtype(self.handle, _enc(dtype)))
+
+    def to_device(self, dev):
+        dev = dev if isinstance(dev, Device) else device(dev)
+        return Tensor(lib.enkai_tensor_to_device(self.handle, dev.handle))
+
+    # autograd
+    def require_grad(self):
+        _check_handle(lib.enkai_tensor_require_grad(self.handle))
+        return self
+
+    def backward(self):
+        _check_status(lib.enkai_tensor_backward(self.handle))
+
+    @property
+    def grad(self):
+        h = lib.enkai_tensor_grad(self.handle)
+        if h == 0:
+            if lib.enkai_tensor_last_error_code() != 0:
+                _raise()
+            return None
+        return Tensor(h)
+
+    def zero_grad(self):
+        _check_status(lib.enkai_tensor_zero_grad(self.handle))
+
+
+def _as_tensor(o, like):
+    if isinstance(o, Tensor):
+        return o
+    return full([], float(o), like.dtype)
+
+
+def _dev(dev):
+    if dev is None:
+        return device()
+    return dev if isinstance(dev, Device) else Device(dev)
+
+
+def randn(shape, dtype="fp32", dev=None):
+    return Tensor(lib.enkai_tensor_randn(_shape_json(shape), _enc(dtype), _dev(dev).handle))
+
+
+def zeros(shape, dtype="fp32", dev=None):
+    return Tensor(lib.enkai_tensor_zeros(_shape_json(shape), _enc(dtype), _dev(dev).handle))
+
+
+def ones(shape, dtype="fp32", dev=None):
+    return Tensor(lib.enkai_tensor_ones(_shape_json(shape), _enc(dtype), _dev(dev).handle))
+
+
+def full(shape, value, dtype="fp32", dev=None):
+    return Tensor(lib.enkai_tensor_full(_shape_json(shape), float(value), _enc(dtype), _dev(dev).handle))
+
+
+def from_bytes(data, shape, dtype, dev=None):
+    data = bytes(data)
+    return Tensor(lib.enkai_tensor_from_data(data, len(data), _shape_json(shape), _enc(dtype), _dev(dev).handle))
+
+
+def from_numpy(a, dev=None):
+    import numpy as np
+
+    a = np.ascontiguousarray(a)
+    names = {v: k for k, v in _NUMPY.items()}
+    if a.dtype.name not in names:
+        raise TypeError(f"unsupported numpy dtype {a.dtype}")
+    return from_bytes(a.tobytes(), a.shape, names[a.dtype.name], dev)
+
+
+def ids_u32(ids, batch, seq, dev=None):
+    arr = (ctypes.c_uint32 * len(ids))(*ids)
+    return Tensor(lib.enkai_tensor_ids_u32(arr, len(ids), batch, seq, _dev(dev).handle))
+
+
+def manual_seed(seed):
+    _check_status(lib.enkai_tensor_manual_seed(seed))
+
+
+def backend_list():
+    return json.loads(_out_string(lib.enkai_backend_list))
+
+
+def backend_set(name):
+    _check_status(lib.enkai_backend_set(_enc(name)))
+
+
+def backend_current():
+    return _out_string(lib.enkai_backend_current)
+
+
+def live():
+    """Live handle counts per kind."""
+    return {"tensors": lib.enkai_tensor_live_tensors(), "devices": lib.enkai_tensor_live_devices(),
+            "opts": lib.enkai_tensor_live_opts(), "scalers": lib.enkai_tensor_live_scalers()}
+
+
+def matmul(a, b):
+    return a @ b
+
+
+def concat(ts, dim=0):
+    return Tensor(lib.enkai_tensor_concat(_handles_json(ts), dim))
+
+
+def softmax(x, dim):
+    return x.softmax(dim)
+
+
+def masked_softmax(x, mask, dim, mask_type=2):
+    return Tensor(lib.enkai_tensor_masked_softmax(x.handle, mask.handle, dim, mask_type))
+
+
+def masked_softmax_backward(grad_out, out, mask, dim):
+    return Tensor(lib.enkai_tensor_masked_softmax_backward(grad_out.handle, out.handle, mask.handle, dim))
+
+
+def dropout(x, p, train=True):
+    return Tensor(lib.enkai_tensor_dropout(x.handle, p, int(train)))
+
+
+def layernorm(x, w, b=None, eps=1e-5):
+    return Tensor(lib.enkai_tensor_layernorm(x.handle, w.handle, b.handle if b else 0, eps))
+
+
+def layernorm_backward(x, w, b, eps, grad_out):
+    hs = json.loads(_slice_text(lib.enkai_tensor_layernorm_backward(
+        x.handle, w.handle, b.handle if b else 0, eps, grad_out.handle)))
+    return [Tensor(h) if h else None for h in hs]
+
+
+def embedding(w, ids):
+    return Tensor(lib.enkai_tensor_embedding(w.handle, ids.handle))
+
+
+def linear(x, w, b=None):
+    return Tensor(lib.enkai_tensor_linear(x.handle, w.handle, b.handle if b else 0))
+
+
+def cross_entropy(logits, targets):
+    return Tensor(lib.enkai_tensor_cross_entropy(logits.handle, targets.handle))
+
+
+def grad_multi(params):
+    hs = json.loads(_out_string(lib.enkai_tensor_grad_multi, _handles_json(params)))
+    return [Tensor(h) if h else None for h in hs]
+
+
+def zero_grad_multi(params):
+    _check_status(lib.enkai_tensor_zero_grad_multi(_handles_json(params)))
+
+
+def check_finite_multi(ts):
+    _check_status(lib.enkai_tensor_check_finite_multi(_handles_json(ts)))
+
+
+def scale_grads_multi(grads, scale):
+    _check_status(lib.enkai_tensor_scale_grads_multi(_handles_json(grads), scale))
+
+
+def clip_grad_norm_multi(grads, max_norm, norm_type=2.0):
+    total = ctypes.c_double()
+    _check_status(lib.enkai_tensor_clip_grad_norm_multi(_handles_json(grads), max_norm, norm_type, ctypes.byref(total)))
+    return total.value

@@ -1,0 +1,115 @@
+"""Loading libenkai_tensor.so and declaring every C signature of the header."""
+
+import ctypes
+import os
+from pathlib import Path
+
+c_int, c_i64, c_u64, c_f64, c_size = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double, ctypes.c_size_t
+c_str, c_void_p = ctypes.c_char_p, ctypes.c_void_p
+c_u8_p = ctypes.POINTER(ctypes.c_uint8)
+c_char_pp = ctypes.POINTER(ctypes.c_char_p)
+c_size_p = ctypes.POINTER(ctypes.c_size_t)
+c_f64_p = ctypes.POINTER(ctypes.c_double)
+c_u32_p = ctypes.POINTER(ctypes.c_uint32)
+
+
+class EnkaiSlice(ctypes.Structure):
+    _fields_ = [("ptr", c_u8_p), ("len", c_size)]
+
+
+# name -> (restype, argtypes); tests/test_header.py checks this against include/enkai_tensor.h.
+SIGNATURES = {
+    "enkai_abi_version": (c_u64, []),
+    "enkai_tensor_last_error": (c_str, []),
+    "enkai_tensor_last_error_code": (c_int, []),
+    "enkai_free": (None, [c_u8_p, c_size]),
+    "enkai_tensor_string_free": (None, [c_void_p]),
+    "enkai_tensor_live_tensors": (c_i64, []),
+    "enkai_tensor_live_devices": (c_i64, []),
+    "enkai_tensor_live_opts": (c_i64, []),
+    "enkai_tensor_live_scalers": (c_i64, []),
+    "enkai_backend_list": (c_int, [c_char_pp, c_size_p]),
+    "enkai_backend_set": (c_int, [c_str]),
+    "enkai_backend_current": (c_int, [c_char_pp, c_size_p]),
+    "enkai_tensor_device": (c_i64, [c_str]),
+    "enkai_tensor_device_retain": (c_int, [c_i64]),
+    "enkai_tensor_device_free": (c_int, [c_i64]),
+    "enkai_tensor_manual_seed": (c_int, [c_i64]),
+    "enkai_tensor_retain": (c_int, [c_i64]),
+    "enkai_tensor_free": (c_int, [c_i64]),
+    "enkai_tensor_randn": (c_i64, [c_str, c_str, c_i64]),
+    "enkai_tensor_zeros": (c_i64, [c_str, c_str, c_i64]),
+    "enkai_tensor_ones": (c_i64, [c_str, c_str, c_i64]),
+    "enkai_tensor_full": (c_i64, [c_str, c_f64, c_str, c_i64]),
+    "enkai_tensor_from_data": (c_i64, [c_void_p, c_size, c_str, c_str, c_i64]),
+    "enkai_tensor_copy_to": (c_int, [c_i64, c_void_p, c_size]),
+    "enkai_tensor_ids_u32": (c_i64, [c_u32_p, c_size, c_i64, c_i64, c_i64]),
+    "enkai_tensor_item": (c_f64, [c_i64]),
+    "enkai_tensor_shape": (EnkaiSlice, [c_i64]),
+    "enkai_tensor_dtype": (c_int, [c_i64, c_char_pp, c_size_p]),
+    "enkai_tensor_numel": (c_i64, [c_i64]),
+    "enkai_tensor_matmul": (c_i64, [c_i64, c_i64]),
+    "enkai_tensor_add": (c_i64, [c_i64, c_i64]),
+    "enkai_tensor_sub": (c_i64, [c_i64, c_i64]),
+    "enkai_tensor_mul": (c_i64, [c_i64, c_i64]),
+    "enkai_tensor_div": (c_i64, [c_i64, c_i64]),
+    "enkai_tensor_reshape": (c_i64, [c_i64, c_str]),
+    "enkai_tensor_view": (c_i64, [c_i64, c_str]),
+    "enkai_tensor_transpose": (c_i64, [c_i64, c_i64, c_i64]),
+    "enkai_tensor_concat": (c_i64, [c_str, c_i64]),
+    "enkai_tensor_slice": (c_i64, [c_i64, c_i64, c_i64, c_i64, c_i64]),
+    "enkai_tensor_sum": (c_i64, [c_i64, c_i64, c_int]),
+    "enkai_tensor_mean": (c_i64, [c_i64, c_i64, c_int]),
+    "enkai_tensor_softmax": (c_i64, [c_i64, c_i64]),
+    "enkai_tensor_masked_softmax": (c_i64, [c_i64, c_i64, c_i64, c_i64]),
+    "enkai_tensor_masked_softmax_backward": (c_i64, [c_i64, c_i64, c_i64, c_i64]),
+    "enkai_tensor_relu": (c_i64, [c_i64]),
+    "enkai_tensor_sigmoid": (c_i64, [c_i64]),
+    "enkai_tensor_tanh": (c_i64, [c_i64]),
+    "enkai_tensor_gelu": (c_i64, [c_i64]),
+    "enkai_tensor_dropout": (c_i64, [c_i64, c_f64, c_int]),
+    "enkai_tensor_layernorm": (c_i64, [c_i64, c_i64, c_i64, c_f64]),
+    "enkai_tensor_layernorm_backward": (EnkaiSlice, [c_i64, c_i64, c_i64, c_f64, c_i64]),
+    "enkai_tensor_embedding": (c_i64, [c_i64, c_i64]),
+    "enkai_tensor_linear": (c_i64, [c_i64, c_i64, c_i64]),
+    "enkai_tensor_cross_entropy": (c_i64, [c_i64, c_i64]),
+    "enkai_tensor_to_device": (c_i64, [c_i64, c_i64]),
+    "enkai_tensor_to_dtype": (c_i64, [c_i64, c_str]),
+    "enkai_tensor_detach": (c_i64, [c_i64]),
+    "enkai_tensor_require_grad": (c_i64, [c_i64]),
+    "enkai_tensor_backward": (c_int, [c_i64]),
+    "enkai_tensor_grad": (c_i64, [c_i64]),
+    "enkai_tensor_grad_multi": (c_int, [c_str, c_char_pp, c_size_p]),
+    "enkai_tensor_zero_grad": (c_int, [c_i64]),
+    "enkai_tensor_zero_grad_multi": (c_int, [c_str]),
+    "enkai_tensor_check_finite_multi": (c_int, [c_str]),
+    "enkai_tensor_scale_grads_multi": (c_int, [c_str, c_f64]),
+    "enkai_tensor_clip_grad_norm_multi": (c_int, [c_str, c_f64, c_f64, c_f64_p]),
+}
+
+
+def _candidates():
+    env = os.environ.get("ENKAI_TENSOR_PATH")
+    if env:
+        p = Path(env)
+        yield p / "libenkai_tensor.so" if p.is_dir() else p
+    here = Path(__file__).resolve().parent
+    yield here / "libenkai_tensor.so"
+    for root in [here.parent.parent, Path.cwd()]:
+        yield root / "target" / "release" / "libenkai_tensor.so"
+
+
+def load():
+    tried = []
+    for path in _candidates():
+        tried.append(str(path))
+        if path.is_file():
+            lib = ctypes.CDLL(str(path))
+            for name, (res, args) in SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = res, args
+            return lib
+    raise OSError("libenkai_tensor.so not found; set ENKAI_TENSOR_PATH. Tried: " + ", ".join(tried))
+
+
+lib = load()

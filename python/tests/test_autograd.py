@@ -1,0 +1,113 @@
+"""Autograd and gradient utilities against torch.autograd and torch.nn.utils."""
+
+import math
+
+import pytest
+import torch
+
+import enkai_tensor as et
+from helpers import same, to_et
+
+
+def leaves(*shapes):
+    ts = [torch.randn(s) for s in shapes]
+    return ts, [to_et(t).require_grad() for t in ts], [t.clone().requires_grad_() for t in ts]
+
+
+def test_grads_accumulate_like_pytorch():
+    (x,), (e,), (t,) = leaves((3, 4))
+    for _ in range(3):
+        (e * e).sum().backward()
+        (t * t).sum().backward()
+    same(e.grad, t.grad)
+    e.zero_grad()
+    t.grad.zero_()
+    same(e.grad, t.grad)
+
+
+def test_grad_is_none_without_backward_and_no_error():
+    e = et.randn([2]).require_grad()
+    assert e.grad is None
+    assert et.grad_multi([e, None]) == [None, None]
+
+
+def test_grad_multi_and_zero_grad_multi():
+    _, es, ts = leaves((2, 3), (3,), (4,))
+    loss_e = (es[0] @ es[1]).sum()
+    loss_t = (ts[0] @ ts[1]).sum()
+    loss_e.backward()
+    loss_t.backward()
+    grads = et.grad_multi(es)
+    same(grads[0], ts[0].grad)
+    same(grads[1], ts[1].grad)
+    assert grads[2] is None
+    et.zero_grad_multi(es)
+    same(grads[0], torch.zeros(2, 3))  # the grad handle shares storage with .grad
+
+
+def test_backward_errors():
+    e = et.randn([2, 3]).require_grad()
+    with pytest.raises(et.EnkaiError) as ex:
+        (e * e).backward()
+    assert ex.value.code == "E_AUTOGRAD" and "[2,3]" in str(ex.value)
+    loss = (e * e).sum()
+    loss.backward()
+    with pytest.raises(et.EnkaiError) as ex:
+        loss.backward()
+    assert ex.value.code == "E_AUTOGRAD"
+    with pytest.raises(et.EnkaiError) as ex:
+        et.randn([]).backward()
+    assert ex.value.code == "E_AUTOGRAD"
+    with pytest.raises(et.EnkaiError) as ex:
+        et.zeros([2], "int64").require_grad()
+    assert ex.value.code == "E_DTYPE"
+
+
+def test_stale_entries_in_lists_are_errors():
+    e = et.randn([2]).require_grad()
+    (e * e).sum().backward()
+    g = e.grad
+    stale = g.handle
+    g.free()
+    before = et.live()["tensors"]
+    for call in (lambda: et.grad_multi([e, stale]), lambda: et.zero_grad_multi([stale]),
+                 lambda: et.check_finite_multi([stale]), lambda: et.scale_grads_multi([stale], 2.0),
+                 lambda: et.clip_grad_norm_multi([e, stale], 1.0)):
+        with pytest.raises(et.EnkaiError) as ex:
+            call()
+        assert ex.value.code == "E_HANDLE_STALE"
+    assert et.live()["tensors"] == before
+
+
+def test_check_finite_and_scale():
+    a, b = et.ones([3]), to_et(torch.tensor([1.0, float("inf")]))
+    et.check_finite_multi([a, None, a])
+    with pytest.raises(et.EnkaiError) as ex:
+        et.check_finite_multi([a, b])
+    assert ex.value.code == "E_NOT_FINITE" and str(b.handle) in str(ex.value)
+    x = torch.randn(5)
+    e = to_et(x)
+    et.scale_grads_multi([e, None], 0.25)
+    same(e, x.mul_(0.25))
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_clip_grad_norm_matches_torch(max_norm, norm_type):
+    grads = [torch.randn(4, 5), torch.randn(7), torch.randn(2, 2, 2)]
+    es = [to_et(g) for g in grads]
+    params = [torch.zeros_like(g, requires_grad=True) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    expect = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+    total = et.clip_grad_norm_multi(es + [None], max_norm, norm_type)
+    assert total == expect.item()
+    for e, p in zip(es, params):
+        same(e, p.grad)
+
+
+def test_clip_grad_norm_argument_errors():
+    with pytest.raises(et.EnkaiError) as ex:
+        et.clip_grad_norm_multi([et.ones([2])], 1.0, 0.0)
+    assert ex.value.code == "E_INVALID_ARG"
+    assert et.clip_grad_norm_multi([], 1.0) == 0.0

@@ -1,0 +1,79 @@
+"""Each malformed call raises with its code and leaves the live tensor count unchanged."""
+
+import pytest
+import torch
+
+import enkai_tensor as et
+from enkai_tensor._lib import lib
+from helpers import to_et
+
+A = lambda: et.randn([2, 3])
+
+
+CASES = [
+    ("E_SHAPE", lambda: A() @ et.randn([4, 5]), "matmul [2,3] x [4,5]"),
+    ("E_SHAPE", lambda: A() + et.randn([4]), "add [2,3] + [4]"),
+    ("E_DTYPE", lambda: A() @ et.randn([3, 2], "fp64"), "fp32 and fp64"),
+    ("E_SHAPE", lambda: A().reshape(4, 2), "cannot reshape [2,3] into [4,2]"),
+    ("E_INVALID_ARG", lambda: A().reshape(-1, -1), "only one dimension may be -1"),
+    ("E_SHAPE", lambda: A().transpose(0, 2), "dim 2 is out of range"),
+    ("E_SHAPE", lambda: et.concat([A(), et.randn([3, 3])], 1), "differ outside dim 1"),
+    ("E_INVALID_ARG", lambda: et.concat([], 0), "empty"),
+    ("E_INVALID_ARG", lambda: A().slice(0, 0, 1, 0), "step must be positive"),
+    ("E_SHAPE", lambda: A().sum(5), "dim 5 is out of range"),
+    ("E_DTYPE", lambda: et.ones([3], "int64").mean(), "floating"),
+    ("E_SHAPE", lambda: A().softmax(-3), "out of range"),
+    ("E_SHAPE", lambda: et.masked_softmax(A(), et.ones([3, 2], "bool"), -1, 2), "mask [3,2] does not fit input [2,3]"),
+    ("E_INVALID_ARG", lambda: et.masked_softmax(A(), et.ones([2, 3], "bool"), -1, 7), "mask_type"),
+    ("E_INVALID_ARG", lambda: et.dropout(A(), 1.5), "p must be in [0, 1]"),
+    ("E_SHAPE", lambda: et.layernorm(A(), et.ones([4])), "does not end with weight shape [4]"),
+    ("E_SHAPE", lambda: et.embedding(et.randn([5, 2]), et.full([2], 7, "int64")), "table has 5 rows"),
+    ("E_DTYPE", lambda: et.embedding(et.randn([5, 2]), et.ones([2])), "ids must be int64"),
+    ("E_SHAPE", lambda: et.linear(A(), et.randn([2, 4])), "linear [2,3] x [2,4]"),
+    ("E_SHAPE", lambda: et.linear(A(), et.randn([3, 4]), et.randn([5])), "bias [5]"),
+    ("E_SHAPE", lambda: et.cross_entropy(A(), et.zeros([5], "int64")), "do not fit"),
+    ("E_DTYPE", lambda: et.cross_entropy(A(), et.zeros([2], "int32")), "targets must be int64"),
+    ("E_INVALID_ARG", lambda: A().to_dtype("float"), "unknown dtype"),
+    ("E_HANDLE_KIND", lambda: et.Tensor(lib.enkai_tensor_relu(et.device().handle)), "device handle"),
+    ("E_HANDLE_INVALID", lambda: et.Tensor(lib.enkai_tensor_relu(12345)), "12345 is not a tensor handle"),
+    ("E_INVALID_ARG", lambda: et.Tensor(lib.enkai_tensor_concat(b"[1,2.5]", 0)), "not an integer: 2.5"),
+    ("E_NULL_POINTER", lambda: et.Tensor(lib.enkai_tensor_reshape(A().handle, None)), "shape is NULL"),
+]
+
+
+@pytest.mark.parametrize("code,call,text", CASES, ids=[c[2] for c in CASES])
+def test_malformed_calls_raise_and_leak_nothing(code, call, text):
+    import gc
+
+    gc.collect()
+    before = et.live()["tensors"]
+    with pytest.raises(et.EnkaiError) as ex:
+        call()
+    got, message = ex.value.code, str(ex.value)
+    del ex  # its traceback keeps the call's temporaries alive
+    gc.collect()
+    assert got == code, message
+    assert text in message
+    assert message.startswith(code + ": ")
+    assert et.live()["tensors"] == before
+
+
+def test_stale_handle_after_free():
+    t = A()
+    h = t.handle
+    t.free()
+    with pytest.raises(et.EnkaiError) as ex:
+        et.Tensor(lib.enkai_tensor_relu(h))
+    assert ex.value.code == "E_HANDLE_STALE"
+
+
+def test_backend_mismatch():
+    a = A()
+    et.backend_set("cpu")
+    try:
+        b = et.randn([3, 2])
+    finally:
+        et.backend_set("torch")
+    with pytest.raises(et.EnkaiError) as ex:
+        a @ b
+    assert ex.value.code == "E_BACKEND_MISMATCH"
