@@ -19,12 +19,12 @@ VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-k
             --show-leak-kinds=definite --suppressions=capi-tests/valgrind.supp
 CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_*.c))
 
-.PHONY: demo test build header rust-test nofeature-test capi-test bench clean
+.PHONY: demo test build header rust-test nofeature-test python-test capi-test bench clean
 
 demo: build build/examples/quickstart
 	build/examples/quickstart
 
-test: build rust-test nofeature-test capi-test
+test: build rust-test nofeature-test python-test capi-test
 	@echo "all test suites passed"
 
 build:
@@ -40,6 +40,9 @@ rust-test: build
 nofeature-test:
 	cargo test --no-default-features
 
+python-test: build
+	python -m pytest python/tests -q
+
 build/capi/%: capi-tests/%.c capi-tests/check.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icapi-tests $< -o $@ $(LDLIBS)
@@ -51,8 +54,15 @@ build/examples/%: examples-c/%.c include/enkai_tensor.h $(LIB)
 capi-test: build $(CAPI_TESTS)
 	@for t in $(CAPI_TESTS); do echo "== $$t (valgrind)"; $(VALGRIND) $$t; done
 
-bench: build
+# Benchmarks print ratios taken in one run; they are not tests.
+bench: build build/bench/ops_c
 	cargo bench --bench handles
+	cargo bench --bench ops_tch --no-run
+	python benches/ops_compare.py build/bench/ops_c "$$(ls -t target/release/deps/ops_tch-* | grep -v '\.d$$' | head -1)"
+
+build/bench/%: benches/%.c include/enkai_tensor.h $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O2 $< -o $@ $(LDLIBS)
 
 clean:
 	rm -rf build target

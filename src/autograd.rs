@@ -2,6 +2,7 @@
 
 use crate::backend::imp;
 use crate::error::{Code, Result};
+use crate::handles::Ref;
 use crate::json;
 use crate::registry::TENSORS;
 use crate::tensor::{get, numel_of, register};
@@ -62,7 +63,7 @@ pub fn grad_multi(params: &str) -> Result<Vec<i64>> {
 }
 
 /// Tensors of a JSON handle list, 0 entries skipped; every handle checked first.
-fn live_entries(list: &str) -> Result<Vec<(i64, std::sync::Arc<crate::backend::Tensor>)>> {
+fn live_entries(list: &str) -> Result<Vec<(i64, Ref<'static, crate::backend::Tensor>)>> {
     let hs: Vec<i64> = json::handle_list(list)?.into_iter().filter(|h| *h != 0).collect();
     Ok(hs.iter().copied().zip(TENSORS.get_many(&hs)?).collect())
 }

@@ -5,9 +5,11 @@
 //! in scripting VMs). Freeing a slot advances its generation, so a stale handle
 //! is recognised without remembering every freed handle, and the slot is reused.
 //! The registry lock is held only to look up or change a slot, never while a
-//! backend computes: lookups hand out an `Arc` clone.
+//! backend computes: lookups raise the slot's borrow count and hand out a `Ref`.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::cell::UnsafeCell;
+
+use crate::spinlock::{SpinGuard, SpinLock};
 
 use crate::error::Result;
 
@@ -49,12 +51,14 @@ impl HandleKind {
     }
 }
 
+#[derive(Clone, Copy)]
 struct Decoded {
     kind: Option<HandleKind>,
     generation: u32,
     slot: usize,
 }
 
+#[inline]
 fn decode(h: i64) -> Decoded {
     Decoded {
         kind: if h > 0 { HandleKind::from_tag(h >> KIND_SHIFT) } else { None },
@@ -67,127 +71,258 @@ fn encode(kind: HandleKind, generation: u32, slot: usize) -> i64 {
     ((kind as i64) << KIND_SHIFT) | ((generation as i64) << SLOT_BITS) | slot as i64
 }
 
-struct Slot<T> {
+/// Slot bookkeeping, only touched under the registry lock.
+#[derive(Clone, Copy)]
+struct Meta {
     /// Generation of the current occupant, or of the next one while free.
     generation: u32,
+    /// Handle references (retain/free); the handle is live while > 0.
     refs: u32,
-    value: Option<Arc<T>>,
+    /// Calls using the value right now, outside the lock.
+    borrows: u32,
 }
 
+const CHUNK: usize = 1024;
+
+type Cell<T> = UnsafeCell<Option<T>>;
+
 struct Inner<T> {
-    slots: Vec<Slot<T>>,
+    meta: Vec<Meta>,
+    /// Values live in fixed-size chunks that never move, so a borrowed value
+    /// stays put while other threads grow the registry.
+    values: Vec<Box<[Cell<T>]>>,
     free: Vec<usize>,
     live: usize,
 }
 
+impl<T> Inner<T> {
+    fn cell(&self, slot: usize) -> &Cell<T> {
+        &self.values[slot / CHUNK][slot % CHUNK]
+    }
+
+    /// Ends one borrow; returns the value to drop (outside the lock) when the
+    /// handle was freed while it was borrowed.
+    fn unborrow(&mut self, slot: usize) -> Option<T> {
+        let m = &mut self.meta[slot];
+        m.borrows -= 1;
+        if m.borrows > 0 || m.refs > 0 {
+            return None;
+        }
+        self.free.push(slot);
+        // SAFETY: no borrow is left and the lock is held: nobody else can see the value.
+        unsafe { (*self.cell(slot).get()).take() }
+    }
+}
+
+/// A registry of values of one kind, addressed by handles.
+///
+/// Lookups return a [`Ref`] that keeps the value in place without copying
+/// it: the slot's borrow count is raised under the lock, and a value whose
+/// handle is freed while borrowed is dropped by the last borrower. Values
+/// are always dropped after the lock is released.
 pub struct Registry<T> {
     kind: HandleKind,
-    inner: Mutex<Inner<T>>,
+    inner: SpinLock<Inner<T>>,
+}
+
+/// A value borrowed from a registry for the duration of a call.
+pub struct Ref<'a, T: Send + Sync> {
+    reg: &'a Registry<T>,
+    slot: usize,
+    value: *const T,
+}
+
+impl<T: Send + Sync> std::ops::Deref for Ref<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the borrow count keeps the value in its (immovable) cell,
+        // and writers only touch a cell whose borrow count is zero.
+        unsafe { &*self.value }
+    }
+}
+
+impl<T: Send + Sync> Drop for Ref<'_, T> {
+    fn drop(&mut self) {
+        let dead = self.reg.lock().unborrow(self.slot);
+        drop(dead);
+    }
 }
 
 impl<T> Registry<T> {
     pub const fn new(kind: HandleKind) -> Self {
-        Registry { kind, inner: Mutex::new(Inner { slots: Vec::new(), free: Vec::new(), live: 0 }) }
+        Registry { kind, inner: SpinLock::new(Inner { meta: Vec::new(), values: Vec::new(), free: Vec::new(), live: 0 }) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner<T>> {
-        // A panic while holding the lock cannot leave a slot half-updated (each
-        // update is a few plain stores), so a poisoned lock is still consistent.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    #[inline]
+    fn lock(&self) -> SpinGuard<'_, Inner<T>> {
+        self.inner.lock()
     }
+}
 
+impl<T: Send + Sync> Registry<T> {
     /// Registers `value` with a reference count of 1 and returns its handle.
     pub fn insert(&self, value: T) -> Result<i64> {
-        self.insert_arc(Arc::new(value))
+        let mut g = self.lock();
+        self.insert_locked(&mut g, value)
     }
 
-    pub fn insert_arc(&self, value: Arc<T>) -> Result<i64> {
-        let mut g = self.lock();
+    fn insert_locked(&self, g: &mut Inner<T>, value: T) -> Result<i64> {
         let slot = match g.free.pop() {
             Some(s) => s,
-            None if g.slots.len() < MAX_SLOTS => {
-                g.slots.push(Slot { generation: 0, refs: 0, value: None });
-                g.slots.len() - 1
+            None if g.meta.len() < MAX_SLOTS => {
+                if g.meta.len() % CHUNK == 0 {
+                    g.values.push((0..CHUNK).map(|_| UnsafeCell::new(None)).collect());
+                }
+                g.meta.push(Meta { generation: 0, refs: 0, borrows: 0 });
+                g.meta.len() - 1
             }
             None => crate::bail!(E_RESOURCE, "too many live {} handles (limit {})", self.kind.name(), MAX_SLOTS),
         };
-        let s = &mut g.slots[slot];
-        s.refs = 1;
-        s.value = Some(value);
-        let generation = s.generation;
+        // SAFETY: a free slot has no borrows and the lock is held.
+        unsafe { *g.cell(slot).get() = Some(value) };
+        let m = &mut g.meta[slot];
+        m.refs = 1;
+        let generation = m.generation;
         g.live += 1;
         Ok(encode(self.kind, generation, slot))
     }
 
-    fn check<'a>(&self, g: &'a mut Inner<T>, h: i64) -> Result<&'a mut Slot<T>> {
+    /// Ends the borrows in `done` and registers `value`, under one lock: the
+    /// common tail of every op (inputs released, output registered).
+    pub fn insert_after<const N: usize>(&self, value: T, done: [Ref<'_, T>; N]) -> Result<i64> {
+        let mut dead: [Option<T>; N] = [const { None }; N];
+        let r = {
+            let mut g = self.lock();
+            for (d, r) in dead.iter_mut().zip(done) {
+                *d = g.unborrow(r.slot);
+                std::mem::forget(r);
+            }
+            self.insert_locked(&mut g, value)
+        };
+        drop(dead);
+        r
+    }
+
+    /// The slot of a live handle `h`, or the precise reason it is not one.
+    #[inline]
+    fn check(&self, g: &Inner<T>, h: i64) -> Result<usize> {
         let d = decode(h);
+        match (d.kind, g.meta.get(d.slot)) {
+            (Some(k), Some(m)) if k == self.kind && m.generation == d.generation && m.refs > 0 => Ok(d.slot),
+            _ => Err(self.explain(g, h)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn explain(&self, g: &Inner<T>, h: i64) -> crate::Error {
+        let d = decode(h);
+        let kind = self.kind.name();
         match d.kind {
-            None => crate::bail!(E_HANDLE_INVALID, "{h} is not a {} handle", self.kind.name()),
+            None => return crate::err!(E_HANDLE_INVALID, "{h} is not a {kind} handle"),
             Some(k) if k != self.kind => {
-                crate::bail!(E_HANDLE_KIND, "handle {h} is a {} handle, expected a {}", k.name(), self.kind.name())
+                return crate::err!(E_HANDLE_KIND, "handle {h} is a {} handle, expected a {kind}", k.name())
             }
             Some(_) => {}
         }
-        let kind = self.kind.name();
-        let Some(s) = g.slots.get_mut(d.slot) else {
-            crate::bail!(E_HANDLE_INVALID, "{h} is not a {kind} handle (never issued)")
+        let Some(m) = g.meta.get(d.slot) else {
+            return crate::err!(E_HANDLE_INVALID, "{h} is not a {kind} handle (never issued)");
         };
-        if s.generation == d.generation && s.value.is_some() {
-            return Ok(s);
-        }
         // Generations only move forward (mod 2^26): a handle from the past half is stale.
-        let behind = s.generation.wrapping_sub(d.generation) & GEN_MASK;
+        let behind = m.generation.wrapping_sub(d.generation) & GEN_MASK;
         if behind != 0 && behind < (1 << (GEN_BITS - 1)) {
-            crate::bail!(E_HANDLE_STALE, "{kind} handle {h} was already freed")
+            return crate::err!(E_HANDLE_STALE, "{kind} handle {h} was already freed");
         }
-        crate::bail!(E_HANDLE_INVALID, "{h} is not a {kind} handle (never issued)")
+        crate::err!(E_HANDLE_INVALID, "{h} is not a {kind} handle (never issued)")
     }
 
-    /// The value behind `h`, shared: the lock is released before it is used.
-    pub fn get(&self, h: i64) -> Result<Arc<T>> {
+    #[inline]
+    fn borrow_locked<'a>(&'a self, g: &mut Inner<T>, h: i64) -> Result<Ref<'a, T>> {
+        let slot = self.check(g, h)?;
+        g.meta[slot].borrows += 1;
+        // SAFETY: the slot is live, so its cell holds a value; it cannot be
+        // taken while the borrow we just added is outstanding.
+        let value = unsafe { (*g.cell(slot).get()).as_ref().expect("live slot has a value") as *const T };
+        Ok(Ref { reg: self, slot, value })
+    }
+
+    /// The value behind `h`, borrowed: the lock is released before it is used.
+    pub fn get(&self, h: i64) -> Result<Ref<'_, T>> {
         let mut g = self.lock();
-        let s = self.check(&mut g, h)?;
-        Ok(Arc::clone(s.value.as_ref().expect("checked live")))
+        self.borrow_locked(&mut g, h)
     }
 
-    /// Looks up every handle under one lock; fails on the first bad one.
-    pub fn get_many(&self, hs: &[i64]) -> Result<Vec<Arc<T>>> {
+    /// Borrows `N` values under one lock; fails on the first bad handle.
+    pub fn get_n<const N: usize>(&self, hs: [i64; N]) -> Result<[Ref<'_, T>; N]> {
         let mut g = self.lock();
-        hs.iter()
-            .map(|&h| self.check(&mut g, h).map(|s| Arc::clone(s.value.as_ref().expect("checked live"))))
-            .collect()
+        // Check every handle before borrowing any, so a failure has nothing to undo.
+        for &h in &hs {
+            self.check(&g, h)?;
+        }
+        Ok(hs.map(|h| self.borrow_locked(&mut g, h).expect("checked above")))
     }
 
-    /// Whether `h` is a live handle of this registry (no error is built).
+    /// Borrows every value under one lock; fails on the first bad handle.
+    pub fn get_many(&self, hs: &[i64]) -> Result<Vec<Ref<'_, T>>> {
+        let mut out = Vec::with_capacity(hs.len());
+        let mut g = self.lock();
+        for &h in hs {
+            match self.borrow_locked(&mut g, h) {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    // End the borrows taken so far without re-locking.
+                    let dead: Vec<_> = out.drain(..).map(|r: Ref<'_, T>| {
+                        let slot = r.slot;
+                        std::mem::forget(r);
+                        g.unborrow(slot)
+                    }).collect();
+                    drop(g);
+                    drop(dead);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `h` is a live handle of this registry.
     pub fn is_live(&self, h: i64) -> bool {
-        let mut g = self.lock();
-        self.check(&mut g, h).is_ok()
+        let g = self.lock();
+        self.check(&g, h).is_ok()
     }
 
     pub fn retain(&self, h: i64) -> Result<()> {
         let mut g = self.lock();
-        let s = self.check(&mut g, h)?;
-        s.refs = s.refs.checked_add(1).ok_or_else(|| crate::err!(E_RESOURCE, "reference count of handle {h} overflows"))?;
+        let slot = self.check(&g, h)?;
+        let m = &mut g.meta[slot];
+        m.refs = m.refs.checked_add(1).ok_or_else(|| crate::err!(E_RESOURCE, "reference count of handle {h} overflows"))?;
         Ok(())
     }
 
-    /// Drops one reference; the last one frees the slot for reuse under a new generation.
+    /// Drops one reference. The last one makes the handle stale at once (its
+    /// generation moves on); the value is dropped now, or by the last call
+    /// still using it, and the slot is then reused.
     pub fn release(&self, h: i64) -> Result<()> {
-        let freed = {
+        let dead = {
             let mut g = self.lock();
-            let s = self.check(&mut g, h)?;
-            s.refs -= 1;
-            if s.refs > 0 {
+            let slot = self.check(&g, h)?;
+            let m = &mut g.meta[slot];
+            m.refs -= 1;
+            if m.refs > 0 {
                 return Ok(());
             }
-            s.generation = s.generation.wrapping_add(1) & GEN_MASK;
-            let v = s.value.take();
-            g.free.push((h & SLOT_MASK) as usize);
+            m.generation = m.generation.wrapping_add(1) & GEN_MASK;
+            let borrowed = m.borrows > 0;
             g.live -= 1;
-            v
+            if borrowed {
+                None
+            } else {
+                g.free.push(slot);
+                // SAFETY: no borrows, lock held.
+                unsafe { (*g.cell(slot).get()).take() }
+            }
         };
-        // The value (perhaps a tensor's storage) is dropped after the lock is released.
-        drop(freed);
+        drop(dead);
         Ok(())
     }
 
@@ -216,7 +351,38 @@ mod tests {
         r.release(first).unwrap();
         let second = r.insert(2).unwrap();
         assert_eq!(second & SLOT_MASK, first & SLOT_MASK);
-        assert_eq!(r.get(first).unwrap_err().code, Code::E_HANDLE_STALE);
+        assert_eq!(r.get(first).err().map(|e| e.code), Some(Code::E_HANDLE_STALE));
         assert_eq!(*r.get(second).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_value_freed_while_borrowed_lives_until_the_borrow_ends() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        struct Counted;
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                DROPS.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let r: Registry<Counted> = Registry::new(HandleKind::Tensor);
+        let h = r.insert(Counted).unwrap();
+        let borrowed = r.get(h).unwrap();
+        r.release(h).unwrap();
+        assert_eq!(r.live(), 0);
+        assert_eq!(r.get(h).err().map(|e| e.code), Some(Code::E_HANDLE_STALE));
+        assert_eq!(DROPS.load(Ordering::SeqCst), 0, "still borrowed");
+        // the slot is not reused while borrowed
+        let other = r.insert(Counted).unwrap();
+        assert_ne!(other & SLOT_MASK, h & SLOT_MASK);
+        drop(borrowed);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+        let again = r.insert(Counted).unwrap();
+        assert_eq!(again & SLOT_MASK, h & SLOT_MASK, "slot reused after the borrow ended");
+        assert_eq!(r.get_n([again, h]).err().map(|e| e.code), Some(Code::E_HANDLE_STALE));
+        assert_eq!(r.get_many(&[other, again, 0]).err().map(|e| e.code), Some(Code::E_HANDLE_INVALID));
+        r.release(other).unwrap();
+        r.release(again).unwrap();
+        assert_eq!(DROPS.load(Ordering::SeqCst), 3);
     }
 }

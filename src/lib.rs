@@ -13,6 +13,7 @@ pub mod handles;
 pub mod json;
 pub mod ops;
 pub mod registry;
+mod spinlock;
 pub mod tensor;
 
 pub use error::{Code, Error, Result};

@@ -2,11 +2,11 @@
 //! checks that give precise messages (`E_SHAPE: matmul [2,3] x [4,5]`) run
 //! only after libtorch has refused, so the success path pays nothing for them.
 
-use std::sync::Arc;
-
 use crate::backend::{self, imp, imp::Raw, Tensor};
 use crate::dtype::DType;
 use crate::error::{Code, Error, Result};
+use crate::handles::Ref;
+use crate::registry::TENSORS;
 use crate::json::{self, write_int_list as fmt};
 use crate::tensor::{self, get, register};
 
@@ -48,13 +48,8 @@ fn shape(t: &Tensor) -> Vec<i64> {
     imp::shape(&t.raw)
 }
 
-/// Looks up `N` tensor handles.
-fn lookup<const N: usize>(hs: [i64; N]) -> Result<[Arc<Tensor>; N]> {
-    let found = hs.map(get);
-    if let Some(Err(e)) = found.iter().find(|r| r.is_err()) {
-        return Err(e.clone());
-    }
-    Ok(found.map(|r| r.expect("checked above")))
+fn lookup<const N: usize>(hs: [i64; N]) -> Result<[Ref<'static, Tensor>; N]> {
+    TENSORS.get_n(hs)
 }
 
 /// Why libtorch refused: devices first, then the op's own explanation, then
@@ -88,10 +83,9 @@ fn run<const N: usize>(
     let ts = lookup(hs)?;
     let refs: [&Tensor; N] = ts.each_ref().map(|a| &**a);
     let b = backend::same_backend(op, &refs)?;
-    match compute(refs.map(|t| &t.raw)) {
-        Ok(r) => register(b, r),
-        Err(e) => Err(diagnose(op, &refs, e, || explain(refs))),
-    }
+    let raw = compute(refs.map(|t| &t.raw)).map_err(|e| diagnose(op, &refs, e, || explain(refs)))?;
+    // The inputs' borrows end in the same lock that registers the output.
+    TENSORS.insert_after(Tensor { backend: b, raw }, ts)
 }
 
 /// A dim in `[-rank, rank)` (or `[-1, 0]` for a scalar, as PyTorch allows), normalised.
@@ -181,7 +175,7 @@ pub fn concat(handles: &str, dim: i64) -> Result<i64> {
     if hs.is_empty() {
         crate::bail!(E_INVALID_ARG, "concat: the handle list is empty");
     }
-    let ts = crate::registry::TENSORS.get_many(&hs)?;
+    let ts = TENSORS.get_many(&hs)?;
     let refs: Vec<&Tensor> = ts.iter().map(|t| &**t).collect();
     let b = backend::same_backend("concat", &refs)?;
     let raws: Vec<&Raw> = refs.iter().map(|t| &t.raw).collect();
@@ -282,7 +276,7 @@ pub fn layernorm_backward(x: i64, w: i64, b: i64, eps: f64, grad: i64) -> Result
         match register(bk, g) {
             Ok(h) => out.push(h),
             Err(e) => {
-                out.iter().for_each(|h| drop(crate::registry::TENSORS.release(*h)));
+                out.iter().for_each(|h| drop(TENSORS.release(*h)));
                 return Err(e);
             }
         }

@@ -1,12 +1,11 @@
 //! Tensor creation and data in/out over handles: the safe Rust API that
 //! `ffi::tensor` exposes to C.
 
-use std::sync::Arc;
-
 use crate::backend::{self, imp, Init, Tensor};
 use crate::device::{Device, DeviceSpec};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::handles::Ref;
 use crate::json;
 use crate::registry::{DEVICES, TENSORS};
 
@@ -28,7 +27,7 @@ pub fn device(h: i64) -> Result<Device> {
     Ok(*DEVICES.get(h)?)
 }
 
-pub fn get(h: i64) -> Result<Arc<Tensor>> {
+pub fn get(h: i64) -> Result<Ref<'static, Tensor>> {
     TENSORS.get(h)
 }
 

@@ -1,0 +1,57 @@
+/* Per-op cost through the C ABI (the (a) column of `make bench`).
+ * Prints one line per op: "<name> <ns per call>", best of 7 rounds. */
+#define _POSIX_C_SOURCE 199309L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include "enkai_tensor.h"
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int64_t must(int64_t h) {
+    if (h == 0) {
+        fprintf(stderr, "bench: %s\n", enkai_tensor_last_error());
+        exit(1);
+    }
+    return h;
+}
+
+typedef int64_t (*op_fn)(const int64_t *in);
+
+static int64_t op_add(const int64_t *in) { return enkai_tensor_add(in[0], in[1]); }
+static int64_t op_matmul(const int64_t *in) { return enkai_tensor_matmul(in[0], in[1]); }
+static int64_t op_ln_gelu(const int64_t *in) {
+    int64_t y = enkai_tensor_layernorm(in[0], in[1], in[2], 1e-5);
+    int64_t z = enkai_tensor_gelu(y);
+    enkai_tensor_free(y);
+    return z;
+}
+
+static void bench(const char *name, op_fn f, const int64_t *in, int iters) {
+    double best = 1e30;
+    for (int i = 0; i < iters / 10; i++) enkai_tensor_free(must(f(in)));
+    for (int r = 0; r < 7; r++) {
+        double t0 = now_ns();
+        for (int i = 0; i < iters; i++) enkai_tensor_free(f(in));
+        double per = (now_ns() - t0) / iters;
+        if (per < best) best = per;
+    }
+    printf("%s %.1f\n", name, best);
+}
+
+int main(void) {
+    int64_t dev = must(enkai_tensor_device("cpu"));
+    int64_t a4[2] = {must(enkai_tensor_randn("[4]", "fp32", dev)), must(enkai_tensor_randn("[4]", "fp32", dev))};
+    int64_t m64[2] = {must(enkai_tensor_randn("[64,64]", "fp32", dev)), must(enkai_tensor_randn("[64,64]", "fp32", dev))};
+    int64_t ln[3] = {must(enkai_tensor_randn("[32,256]", "fp32", dev)), must(enkai_tensor_ones("[256]", "fp32", dev)),
+                     must(enkai_tensor_zeros("[256]", "fp32", dev))};
+    bench("add_4", op_add, a4, 200000);
+    bench("matmul_64", op_matmul, m64, 20000);
+    bench("layernorm_gelu_32x256", op_ln_gelu, ln, 5000);
+    return 0;
+}

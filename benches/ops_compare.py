@@ -1,0 +1,68 @@
+"""`make bench`: runs the C ABI bench (a) and the raw tch bench (b) as
+subprocesses, times PyTorch eager (c) here, all with the same thread count,
+and prints one table with the ratios."""
+
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+THREADS = int(os.environ.get("OMP_NUM_THREADS", "1"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+
+
+def parse(out):
+    return {name: float(ns) for name, ns in (line.split() for line in out.strip().splitlines())}
+
+
+def run(cmd):
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), MKL_NUM_THREADS=str(THREADS))
+    return parse(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+
+
+def bench(f, iters):
+    for _ in range(iters // 10):
+        f()
+    best = float("inf")
+    for _ in range(7):
+        t0 = time.perf_counter_ns()
+        for _ in range(iters):
+            f()
+        best = min(best, (time.perf_counter_ns() - t0) / iters)
+    return best
+
+
+def pytorch():
+    torch.set_num_threads(THREADS)
+    a, b = torch.randn(4), torch.randn(4)
+    m, n = torch.randn(64, 64), torch.randn(64, 64)
+    x, w, bias = torch.randn(32, 256), torch.ones(256), torch.zeros(256)
+    with torch.no_grad():
+        return {
+            "add_4": bench(lambda: a + b, 200_000),
+            "matmul_64": bench(lambda: m @ n, 20_000),
+            "layernorm_gelu_32x256": bench(lambda: F.gelu(F.layer_norm(x, (256,), w, bias, 1e-5)), 5_000),
+        }
+
+
+def main():
+    c_bin, tch_bin = sys.argv[1], sys.argv[2]
+    # Alternate the three sides a few times and keep each one's best, so a
+    # burst of noise on this shared machine does not land on one side only.
+    ours, raw, eager = {}, {}, {}
+    for _ in range(ROUNDS):
+        for acc, result in ((ours, run([c_bin])), (raw, run([tch_bin])), (eager, pytorch())):
+            for op, ns in result.items():
+                acc[op] = min(acc.get(op, float("inf")), ns)
+    print(f"threads={THREADS}; ns per op, best of {ROUNDS} alternating runs x 7 rounds each")
+    print(f"{'op':<24}{'(a) C ABI':>12}{'(b) raw tch':>13}{'(c) PyTorch':>13}{'a/b':>7}{'a/c':>7}")
+    for op in ours:
+        print(f"{op:<24}{ours[op]:>12.1f}{raw[op]:>13.1f}{eager[op]:>13.1f}"
+              f"{ours[op] / raw[op]:>7.2f}{ours[op] / eager[op]:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()
