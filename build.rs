@@ -3,13 +3,28 @@
 // Also keeps libtorch_cuda as a real dependency: the linker's --as-needed
 // would drop it (no symbol of it is referenced), and then libtorch never
 // registers its CUDA hooks, so no CUDA device would ever be found.
+// Finally compiles the small C++ shim against the same libtorch headers.
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/backend/torch/shim.cpp");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else { return };
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
-    println!("cargo:rustc-env=ENKAI_LIBTORCH_LIB={lib}");
-    let cuda = std::path::Path::new(&lib).join("libtorch_cuda.so");
+    let lib = std::path::Path::new(&lib);
+    let cuda = lib.join("libtorch_cuda.so");
     if cuda.exists() {
         println!("cargo:rustc-link-arg=-Wl,--no-as-needed,{},--as-needed", cuda.display());
     }
+    let include = lib.parent().expect("torch/lib has a parent").join("include");
+    cc::Build::new()
+        .cpp(true)
+        .pic(true)
+        .std("c++20")
+        .warnings(false)
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        // PyPI torch >= 2.7 is built with the new libstdc++ ABI.
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .flag_if_supported("-Wno-unused-parameter")
+        .file("src/backend/torch/shim.cpp")
+        .compile("enkai_shim");
 }

@@ -137,6 +137,11 @@ typedef enum EnkaiErrorCode {
 } EnkaiErrorCode;
 
 /**
+ * An `at::Tensor*`: what tch's C tensor pointer (`Tensor::as_ptr`) is.
+ */
+typedef void *AtTensor;
+
+/**
  * Bytes returned by value: `ptr` is `malloc`ed (and NUL-terminated for
  * convenience, the NUL not counted in `len`); release with `enkai_free(ptr, len)`.
  * `{NULL, 0}` signals an error.
@@ -149,6 +154,108 @@ typedef struct EnkaiSlice {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+extern char *enkai_shim_adamw_step(AtTensor param,
+                                   AtTensor grad,
+                                   AtTensor exp_avg,
+                                   AtTensor exp_avg_sq,
+                                   double step,
+                                   double lr,
+                                   double beta1,
+                                   double beta2,
+                                   double eps,
+                                   double weight_decay);
+
+extern char *enkai_shim_unscale(const AtTensor *grads,
+                                size_t n,
+                                AtTensor found_inf,
+                                AtTensor inv_scale);
+
+extern void enkai_shim_autocast_get(int device, int *enabled, int *dtype);
+
+extern char *enkai_shim_autocast_set(int device, int enabled, int dtype);
+
+extern void enkai_shim_autocast_increment_nesting(void);
+
+extern void enkai_shim_autocast_decrement_nesting(void);
+
+/**
+ * A new GradScaler (PyTorch defaults: 65536, 2.0, 0.5, 2000). Returns a
+ * handle owned by the caller, or 0 with `E_AMP_INVALID_SCALE`,
+ * `E_AMP_INVALID_GROWTH_FACTOR`, `E_AMP_INVALID_BACKOFF_FACTOR`, `E_AMP_INVALID_GROWTH_INTERVAL`.
+ */
+int64_t enkai_amp_scaler_create(double init_scale, double growth, double backoff, int64_t interval);
+
+/**
+ * Adds a reference to a scaler handle. Returns 0, or 1 with `E_HANDLE_*`.
+ */
+int enkai_amp_scaler_retain(int64_t scaler);
+
+/**
+ * Drops a reference to a scaler handle. Returns 0, or 1 with `E_HANDLE_*`.
+ */
+int enkai_amp_scaler_free(int64_t scaler);
+
+/**
+ * `loss * scale`: a new tensor handle owned by the caller, or 0 with `E_HANDLE_*`, `E_TORCH`.
+ */
+int64_t enkai_amp_scale_loss(int64_t loss, int64_t scaler);
+
+/**
+ * Multiplies the listed grads (JSON handle list, 0 entries skipped) in place
+ * by 1/scale and writes 1 to `*found_inf` if any was non-finite, else 0 —
+ * finding an inf is not an error. Returns 0, or 1 with `E_AMP_STATE`
+ * (already unscaled since the last update), `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*`.
+ *
+ * # Safety
+ * `grads` is NULL or a NUL-terminated string; `found_inf` NULL or valid for one write.
+ */
+int enkai_amp_unscale_grads(const char *grads, int64_t scaler, int *found_inf);
+
+/**
+ * Updates the scale: × backoff when `found_inf` is non-zero (or unscaling
+ * found one), × growth after `growth_interval` clean updates, as PyTorch.
+ * Returns 0, or 1 with `E_HANDLE_*`.
+ */
+int enkai_amp_scaler_update(int64_t scaler, int found_inf);
+
+/**
+ * The current scale, or NaN with `E_HANDLE_*`.
+ */
+double enkai_amp_scaler_get_scale(int64_t scaler);
+
+/**
+ * Opens an autocast region on this thread: matmul/linear and the other ops
+ * PyTorch's autocast lists run in bf16 on the CPU and fp16 on CUDA. Nestable;
+ * close with `enkai_autocast_exit`. Returns 0, or 1 with `E_BACKEND_UNAVAILABLE`.
+ */
+int enkai_autocast_enter(void);
+
+/**
+ * Closes the innermost autocast region of this thread, restoring the state
+ * before it. Returns 0, or 1 with `E_AMP_STATE` (no open region).
+ */
+int enkai_autocast_exit(void);
+
+/**
+ * Opens an autocast region for the device type of `dev` only, computing in
+ * `dtype` (`fp16` or `bf16`). Returns 0, or 1 with `E_HANDLE_*`, `E_DTYPE`,
+ * `E_INVALID_ARG`, `E_NULL_POINTER`.
+ *
+ * # Safety
+ * `dtype` is NULL or a NUL-terminated string.
+ */
+int enkai_autocast_enter_device(int64_t dev, const char *dtype);
+
+/**
+ * One mixed-precision training step: scale `loss`, backward, unscale the
+ * grads of `params`, AdamW-step `opt` unless a grad is non-finite, update
+ * the scale. Returns 0 when stepped, 2 when skipped for an inf, 1 on error.
+ *
+ * # Safety
+ * `params` is NULL or a NUL-terminated string.
+ */
+int enkai_amp_step(int64_t loss, int64_t scaler, const char *params, int64_t opt);
 
 /**
  * Marks `t` (floating) as a leaf that records gradients. Returns `t` itself —
@@ -486,8 +593,8 @@ struct EnkaiSlice enkai_tensor_layernorm_backward(int64_t x,
 int64_t enkai_tensor_embedding(int64_t w, int64_t ids);
 
 /**
- * `x @ w + b` with `w` laid out `[in, out]`; `b` may be 0 for none.
- * Errors: `E_SHAPE`, `E_DTYPE`.
+ * `x @ w + b` with `w` laid out `[in, out]` (`F.linear(x, w.T, b)`; an
+ * autocast op); `b` may be 0 for none. Errors: `E_SHAPE`, `E_DTYPE`.
  */
 int64_t enkai_tensor_linear(int64_t x, int64_t w, int64_t b);
 
@@ -516,6 +623,92 @@ int64_t enkai_tensor_to_dtype(int64_t x, const char *dtype);
  * `x.detach()`: shares storage, records no gradient.
  */
 int64_t enkai_tensor_detach(int64_t x);
+
+/**
+ * A new AdamW optimizer over the JSON handle list `params` (one param group).
+ * Returns an optimizer handle owned by the caller (free with
+ * `enkai_tensor_opt_free`), or 0 with `E_NULL_POINTER`, `E_INVALID_ARG`
+ * (bad list, duplicate param, invalid hyperparameter), `E_HANDLE_*`.
+ *
+ * # Safety
+ * `params` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_opt_adamw_create(const char *params,
+                               double lr,
+                               double b1,
+                               double b2,
+                               double eps,
+                               double wd);
+
+/**
+ * One AdamW step of every group, on each param's own `.grad` (params without
+ * a grad are skipped). Returns 0, or 1 with `E_HANDLE_*`, `E_TORCH`.
+ */
+int enkai_opt_adamw_step(int64_t opt);
+
+/**
+ * Adds a reference to an optimizer handle. Returns 0, or 1 with `E_HANDLE_*`.
+ */
+int enkai_opt_retain(int64_t opt);
+
+/**
+ * Drops a reference to an optimizer (or AdamW state) handle; the last one
+ * frees its moments and releases its params. Returns 0, or 1 with `E_HANDLE_*`.
+ */
+int enkai_tensor_opt_free(int64_t opt);
+
+/**
+ * Functional AdamW step of `p` with the gradient `g`. `state` 0 creates a
+ * state bound to `p` (returned, owned by the caller); otherwise the same
+ * `state` handle comes back. Returns 0 on error: `E_INVALID_ARG`, `E_HANDLE_*`, `E_TORCH`.
+ */
+int64_t enkai_tensor_adamw_step(int64_t p,
+                                int64_t g,
+                                int64_t state,
+                                double lr,
+                                double b1,
+                                double b2,
+                                double eps,
+                                double wd);
+
+/**
+ * Functional AdamW step of `params[i]` with `grads[i]` (JSON handle lists of
+ * equal length; 0 grads are skipped). `state` as in `enkai_tensor_adamw_step`,
+ * bound to this params list. Returns the state handle, or 0 with
+ * `E_NULL_POINTER`, `E_INVALID_ARG` (lengths differ, other params), `E_HANDLE_*`, `E_TORCH`.
+ *
+ * # Safety
+ * `params` and `grads` are NULL or NUL-terminated strings.
+ */
+int64_t enkai_tensor_adamw_step_multi(const char *params,
+                                      const char *grads,
+                                      int64_t state,
+                                      double lr,
+                                      double b1,
+                                      double b2,
+                                      double eps,
+                                      double wd);
+
+/**
+ * Adds a param group with its own `lr` and weight decay (betas and eps of the
+ * first group). Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*`.
+ *
+ * # Safety
+ * `params` is NULL or a NUL-terminated string.
+ */
+int enkai_opt_add_param_group(int64_t opt, const char *params, double lr, double wd);
+
+/**
+ * Sets the learning rate of param group `group` (0-based), for schedules.
+ * Returns 0, or 1 with `E_INVALID_ARG` (no such group, bad lr), `E_HANDLE_*`.
+ */
+int enkai_opt_set_lr(int64_t opt, int64_t group, double lr);
+
+/**
+ * One AdamW step of param group `group` only. Returns 0, or 1 with
+ * `E_INVALID_ARG`, `E_HANDLE_*`, `E_TORCH`.
+ */
+int enkai_opt_param_group_step(int64_t opt, int64_t group);
 
 /**
  * Adds a reference to a tensor handle. Returns 0, or 1 with `E_HANDLE_*`.

@@ -3,6 +3,7 @@
 //! Layers: `ffi` (every `extern "C"` function) → core (`handles`, `error`,
 //! `json`, `tensor`, …) → `backend` (only `backend::torch` names `tch`).
 
+pub mod amp;
 pub mod autograd;
 pub mod backend;
 pub mod device;
@@ -12,6 +13,7 @@ pub mod ffi;
 pub mod handles;
 pub mod json;
 pub mod ops;
+pub mod optim;
 pub mod registry;
 mod spinlock;
 pub mod tensor;

@@ -10,7 +10,7 @@
 import ctypes
 import json
 
-from ._lib import EnkaiSlice, lib
+from ._lib import EnkaiSlice, lib  # noqa: F401  (lib is part of the API)
 
 __all__ = [
     "EnkaiError", "Tensor", "Device", "device", "randn", "zeros", "ones", "full", "from_bytes",
@@ -18,6 +18,7 @@ __all__ = [
     "live", "concat", "matmul", "softmax", "masked_softmax", "masked_softmax_backward", "layernorm",
     "layernorm_backward", "embedding", "linear", "cross_entropy", "dropout", "grad_multi",
     "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
+    "AdamW", "adamw_step_multi", "GradScaler", "autocast",
 ]
 
 _CODES = {}
@@ -415,3 +416,101 @@ def clip_grad_norm_multi(grads, max_norm, norm_type=2.0):
     total = ctypes.c_double()
     _check_status(lib.enkai_tensor_clip_grad_norm_multi(_handles_json(grads), max_norm, norm_type, ctypes.byref(total)))
     return total.value
+
+
+class AdamW:
+    """An optimizer handle: `torch.optim.AdamW` over `params` (one group to start)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        self.handle = _check_handle(lib.enkai_opt_adamw_create(_handles_json(params), lr, betas[0], betas[1], eps,
+                                                                weight_decay))
+
+    @classmethod
+    def adopt(cls, handle):
+        """Takes ownership of an optimizer handle returned by a C function."""
+        self = cls.__new__(cls)
+        self.handle = _check_handle(handle)
+        return self
+
+    def step(self):
+        _check_status(lib.enkai_opt_adamw_step(self.handle))
+
+    def add_param_group(self, params, lr, weight_decay):
+        _check_status(lib.enkai_opt_add_param_group(self.handle, _handles_json(params), lr, weight_decay))
+
+    def set_lr(self, group, lr):
+        _check_status(lib.enkai_opt_set_lr(self.handle, group, lr))
+
+    def group_step(self, group):
+        _check_status(lib.enkai_opt_param_group_step(self.handle, group))
+
+    def free(self):
+        h, self.handle = getattr(self, "handle", 0), 0
+        if h and lib is not None:
+            _check_status(lib.enkai_tensor_opt_free(h))
+
+    __del__ = free
+
+
+def adamw_step_multi(params, grads, state=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    """The functional step; returns the state (an `AdamW`), created when `state` is None."""
+    h = state.handle if state is not None else 0
+    out = _check_handle(lib.enkai_tensor_adamw_step_multi(_handles_json(params), _handles_json(grads), h, lr,
+                                                          betas[0], betas[1], eps, weight_decay))
+    return state if state is not None else AdamW.adopt(out)
+
+
+class GradScaler:
+    """`torch.amp.GradScaler` rules over a scaler handle."""
+
+    def __init__(self, init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+        self.handle = _check_handle(lib.enkai_amp_scaler_create(init_scale, growth_factor, backoff_factor,
+                                                                growth_interval))
+
+    def scale(self, loss):
+        return Tensor(lib.enkai_amp_scale_loss(loss.handle, self.handle))
+
+    def unscale_(self, grads):
+        found = ctypes.c_int()
+        _check_status(lib.enkai_amp_unscale_grads(_handles_json(grads), self.handle, ctypes.byref(found)))
+        return bool(found.value)
+
+    def update(self, found_inf=False):
+        _check_status(lib.enkai_amp_scaler_update(self.handle, int(found_inf)))
+
+    def get_scale(self):
+        v = lib.enkai_amp_scaler_get_scale(self.handle)
+        if v != v:
+            _raise()
+        return v
+
+    def step(self, loss, params, opt):
+        """Scaled backward + step; returns False when the step was skipped for an inf."""
+        rc = lib.enkai_amp_step(loss.handle, self.handle, _handles_json(params), opt.handle)
+        if rc == 1:
+            _raise()
+        return rc == 0
+
+    def free(self):
+        h, self.handle = getattr(self, "handle", 0), 0
+        if h and lib is not None:
+            _check_status(lib.enkai_amp_scaler_free(h))
+
+    __del__ = free
+
+
+class autocast:
+    """`with et.autocast():` (bf16 on CPU, fp16 on CUDA), or `autocast(dev, "fp16")` for one device."""
+
+    def __init__(self, dev=None, dtype=None):
+        self.dev, self.dtype = dev, dtype
+
+    def __enter__(self):
+        if self.dev is None:
+            _check_status(lib.enkai_autocast_enter())
+        else:
+            _check_status(lib.enkai_autocast_enter_device(_dev(self.dev).handle, _enc(self.dtype or "bf16")))
+        return self
+
+    def __exit__(self, *exc):
+        _check_status(lib.enkai_autocast_exit())

@@ -94,3 +94,30 @@ unavailable! {
     pub fn scale_(x: &Raw, s: f64) -> Result<()>;
     pub fn clip_grad_norm(gs: &[&Raw], m: f64, n: f64) -> Result<f64>;
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutocastState {
+    pub enabled: bool,
+    pub dtype: i32,
+}
+
+pub fn autocast_get(_dev: Device) -> AutocastState {
+    AutocastState { enabled: false, dtype: 0 }
+}
+
+pub fn autocast_dtype_code(_d: DType) -> i32 {
+    0
+}
+
+pub fn autocast_nesting(_enter: bool) {}
+
+unavailable! {
+    pub fn zeros_like(t: &Raw) -> Result<Raw>;
+    pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, s: f64, lr: f64, b1: f64, b2: f64, e: f64, w: f64) -> Result<()>;
+    pub fn scaler_state(s: f64, d: Device) -> Result<(Raw, Raw)>;
+    pub fn scalar_value(t: &Raw) -> Result<f64>;
+    pub fn scale_by(l: &Raw, s: &Raw) -> Result<Raw>;
+    pub fn unscale(g: &[&Raw], s: &Raw) -> Result<bool>;
+    pub fn update_scale(s: &Raw, t: &Raw, f: bool, g: f64, b: f64, i: i64) -> Result<()>;
+    pub fn autocast_set(d: Device, s: AutocastState) -> Result<()>;
+}

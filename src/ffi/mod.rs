@@ -3,10 +3,12 @@
 //! This module holds the two helpers they share: the panic boundary and the
 //! checked conversion of caller pointers.
 
+pub mod amp;
 pub mod autograd;
 pub mod backend;
 pub mod library;
 pub mod ops;
+pub mod optim;
 pub mod tensor;
 
 use std::ffi::{c_char, c_int, CStr};

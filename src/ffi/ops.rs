@@ -172,8 +172,8 @@ pub extern "C" fn enkai_tensor_embedding(w: i64, ids: i64) -> i64 {
     guard(|| ops::embedding(w, ids))
 }
 
-/// `x @ w + b` with `w` laid out `[in, out]`; `b` may be 0 for none.
-/// Errors: `E_SHAPE`, `E_DTYPE`.
+/// `x @ w + b` with `w` laid out `[in, out]` (`F.linear(x, w.T, b)`; an
+/// autocast op); `b` may be 0 for none. Errors: `E_SHAPE`, `E_DTYPE`.
 #[no_mangle]
 pub extern "C" fn enkai_tensor_linear(x: i64, w: i64, b: i64) -> i64 {
     guard(|| ops::linear(x, w, b))

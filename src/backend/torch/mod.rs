@@ -5,11 +5,13 @@ mod autograd;
 mod create;
 mod data;
 mod ops;
+mod train;
 
 pub use autograd::*;
 pub use create::*;
 pub use data::*;
 pub use ops::*;
+pub use train::*;
 
 use crate::device::Device;
 use crate::dtype::DType;

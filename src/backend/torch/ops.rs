@@ -109,13 +109,11 @@ pub fn embedding(w: &Raw, ids: &Raw) -> Result<Raw> {
     wrap(tch::Tensor::f_embedding(&w.0, &ids.0, -1, false, false))
 }
 
-/// `x @ w + b` with `w` laid out `[in, out]`.
+/// `x @ w + b` with `w` laid out `[in, out]`, computed as `torch.nn.functional
+/// .linear(x, w.T, b)` so autocast treats it as PyTorch treats a linear layer.
 pub fn linear(x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<Raw> {
-    let y = x.0.f_matmul(&w.0).map_err(torch_err)?;
-    match b {
-        Some(b) => wrap(y.f_add(&b.0)),
-        None => Ok(Raw(y)),
-    }
+    let wt = w.0.f_tr().map_err(torch_err)?;
+    wrap(x.0.f_linear(&wt, b.map(|b| &b.0)))
 }
 
 pub fn cross_entropy(logits: &Raw, targets: &Raw) -> Result<Raw> {

@@ -1,0 +1,173 @@
+//! Mixed precision: GradScaler handles with `torch.amp.GradScaler` rules, and
+//! per-thread autocast regions.
+
+use std::cell::RefCell;
+use std::sync::Mutex;
+
+use crate::backend::imp::{self, AutocastState, Raw};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::registry::{SCALERS, TENSORS};
+use crate::{autograd, json, optim, tensor};
+
+struct ScaleState {
+    /// float32 scale and int32 growth tracker, created on the first device used.
+    tensors: Option<(Raw, Raw)>,
+    /// `unscale_grads` ran since the last `update`, and what it found.
+    unscaled: Option<bool>,
+}
+
+/// A GradScaler handle's value.
+pub struct Scaler {
+    init_scale: f64,
+    growth: f64,
+    backoff: f64,
+    interval: i64,
+    state: Mutex<ScaleState>,
+}
+
+pub fn scaler_create(init_scale: f64, growth: f64, backoff: f64, interval: i64) -> Result<i64> {
+    if !(init_scale.is_finite() && init_scale > 0.0) {
+        crate::bail!(E_AMP_INVALID_SCALE, "init_scale must be finite and > 0, got {init_scale}");
+    }
+    if !(growth.is_finite() && growth > 1.0) {
+        crate::bail!(E_AMP_INVALID_GROWTH_FACTOR, "growth_factor must be finite and > 1.0, got {growth}");
+    }
+    if !(backoff > 0.0 && backoff < 1.0) {
+        crate::bail!(E_AMP_INVALID_BACKOFF_FACTOR, "backoff_factor must be in (0, 1), got {backoff}");
+    }
+    if interval < 1 {
+        crate::bail!(E_AMP_INVALID_GROWTH_INTERVAL, "growth_interval must be >= 1, got {interval}");
+    }
+    SCALERS.insert(Scaler {
+        init_scale,
+        growth,
+        backoff,
+        interval,
+        state: Mutex::new(ScaleState { tensors: None, unscaled: None }),
+    })
+}
+
+fn with_state<R>(scaler: i64, f: impl FnOnce(&Scaler, &mut ScaleState) -> Result<R>) -> Result<R> {
+    let s = SCALERS.get(scaler)?;
+    let mut st = s.state.lock().unwrap_or_else(|p| p.into_inner());
+    f(&s, &mut st)
+}
+
+/// The scale tensors, created on `dev` when first needed (PyTorch's lazy init).
+fn tensors<'a>(s: &Scaler, st: &'a mut ScaleState, dev: Device) -> Result<&'a (Raw, Raw)> {
+    if st.tensors.is_none() {
+        st.tensors = Some(imp::scaler_state(s.init_scale, dev)?);
+    }
+    Ok(st.tensors.as_ref().expect("just set"))
+}
+
+pub fn scale_loss(loss: i64, scaler: i64) -> Result<i64> {
+    let l = tensor::get(loss)?;
+    with_state(scaler, |s, st| {
+        let (scale, _) = tensors(s, st, imp::device(&l.raw))?;
+        tensor::register(l.backend, imp::scale_by(&l.raw, scale)?)
+    })
+}
+
+/// Unscales the listed grads in place; returns whether any was non-finite.
+/// Finding an inf is a result, not an error.
+pub fn unscale_grads(grads: &str, scaler: i64) -> Result<bool> {
+    let hs: Vec<i64> = json::handle_list(grads)?.into_iter().filter(|h| *h != 0).collect();
+    let ts = TENSORS.get_many(&hs)?;
+    with_state(scaler, |s, st| {
+        if st.unscaled.is_some() {
+            crate::bail!(E_AMP_STATE, "unscale_grads() has already been called since the last update()");
+        }
+        let raws: Vec<&Raw> = ts.iter().map(|t| &t.raw).collect();
+        let dev = raws.first().map_or(Device::Cpu, |r| imp::device(r));
+        let (scale, _) = tensors(s, st, dev)?;
+        let found = imp::unscale(&raws, scale)?;
+        st.unscaled = Some(found);
+        Ok(found)
+    })
+}
+
+/// Backoff on inf (tracker reset), growth after `interval` clean steps.
+pub fn update(scaler: i64, found_inf: bool) -> Result<()> {
+    with_state(scaler, |s, st| {
+        let found = found_inf || st.unscaled.unwrap_or(false);
+        let (scale, tracker) = tensors(s, st, Device::Cpu)?;
+        imp::update_scale(scale, tracker, found, s.growth, s.backoff, s.interval)?;
+        st.unscaled = None;
+        Ok(())
+    })
+}
+
+pub fn get_scale(scaler: i64) -> Result<f64> {
+    with_state(scaler, |s, st| match &st.tensors {
+        Some((scale, _)) => imp::scalar_value(scale),
+        None => Ok(s.init_scale),
+    })
+}
+
+/// scale → backward → unscale → AdamW step unless inf → update.
+/// Returns true when the step was skipped.
+pub fn step(loss: i64, scaler: i64, params: &str, opt: i64) -> Result<bool> {
+    crate::registry::OPTIMIZERS.get(opt)?;
+    let scaled = scale_loss(loss, scaler)?;
+    let backward = autograd::backward(scaled);
+    let _ = TENSORS.release(scaled);
+    backward?;
+    let grads = autograd::grad_multi(params)?;
+    let list = json::write_int_list(&grads);
+    let found = unscale_grads(&list, scaler);
+    grads.iter().filter(|g| **g != 0).for_each(|g| drop(TENSORS.release(*g)));
+    let found = found?;
+    if !found {
+        optim::step(opt)?;
+    }
+    update(scaler, found)?;
+    Ok(found)
+}
+
+thread_local! {
+    /// Autocast states to restore, one entry per open region on this thread.
+    static REGIONS: RefCell<Vec<[AutocastState; 2]>> = const { RefCell::new(Vec::new()) };
+}
+
+const DEVICES: [Device; 2] = [Device::Cpu, Device::Cuda(0)];
+
+fn enter_with(policy: &[(Device, DType)]) -> Result<()> {
+    crate::backend::active_built()?;
+    let saved = DEVICES.map(imp::autocast_get);
+    for &(dev, dt) in policy {
+        imp::autocast_set(dev, AutocastState { enabled: true, dtype: imp::autocast_dtype_code(dt) })?;
+    }
+    imp::autocast_nesting(true);
+    REGIONS.with(|r| r.borrow_mut().push(saved));
+    Ok(())
+}
+
+/// bf16 autocast on the CPU and fp16 on CUDA, for this thread, until `exit`.
+pub fn enter() -> Result<()> {
+    enter_with(&[(Device::Cpu, DType::BF16), (Device::Cuda(0), DType::F16)])
+}
+
+/// Autocast for the device type of `dev` only, with `dtype` (fp16 or bf16).
+pub fn enter_device(dev: i64, dtype: &str) -> Result<()> {
+    let d = tensor::device(dev)?;
+    let dt = DType::parse(dtype)?;
+    if !matches!(dt, DType::F16 | DType::BF16) {
+        crate::bail!(E_DTYPE, "autocast runs in fp16 or bf16, not {}", dt.name());
+    }
+    enter_with(&[(d, dt)])
+}
+
+pub fn exit() -> Result<()> {
+    let saved = REGIONS.with(|r| r.borrow_mut().pop());
+    let Some(saved) = saved else {
+        crate::bail!(E_AMP_STATE, "autocast_exit without a matching autocast_enter on this thread");
+    };
+    imp::autocast_nesting(false);
+    for (dev, s) in DEVICES.into_iter().zip(saved) {
+        imp::autocast_set(dev, s)?;
+    }
+    Ok(())
+}

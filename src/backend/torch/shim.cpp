@@ -1,0 +1,94 @@
+// The few libtorch calls `tch` does not expose, behind a C interface:
+// per-device autocast switches (tch only toggles the legacy CUDA one) and the
+// AdamW update written with the exact tensor ops of PyTorch's
+// `_single_tensor_adam` (tch's addcmul_/addcdiv_ lack the `value` argument).
+// Every function catches all exceptions: nothing is thrown across the C ABI.
+// Tensors arrive as `at::Tensor*`, the representation of tch's C tensors.
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+namespace {
+
+char* dup(const char* s) {
+  size_t n = std::strlen(s) + 1;
+  char* p = static_cast<char*>(std::malloc(n));
+  if (p) std::memcpy(p, s, n);
+  return p;
+}
+
+template <typename F>
+char* guarded(F f) {
+  try {
+    f();
+    return nullptr;
+  } catch (const c10::Error& e) {
+    return dup(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return dup(e.what());
+  } catch (...) {
+    return dup("unknown C++ exception");
+  }
+}
+
+at::DeviceType device_type(int d) { return d == 1 ? at::kCUDA : at::kCPU; }
+
+}  // namespace
+
+extern "C" {
+
+// Returns NULL, or a malloc'ed message that the caller frees.
+char* enkai_shim_adamw_step(at::Tensor* param, at::Tensor* grad, at::Tensor* exp_avg,
+                            at::Tensor* exp_avg_sq, double step, double lr, double beta1,
+                            double beta2, double eps, double weight_decay) {
+  return guarded([&] {
+    at::NoGradGuard no_grad;
+    if (weight_decay != 0) param->mul_(1 - lr * weight_decay);
+    exp_avg->lerp_(*grad, 1 - beta1);
+    exp_avg_sq->mul_(beta2).addcmul_(*grad, *grad, 1 - beta2);
+    double bias_correction1 = 1 - std::pow(beta1, step);
+    double bias_correction2 = 1 - std::pow(beta2, step);
+    double step_size = lr / bias_correction1;
+    double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
+    at::Tensor denom = (exp_avg_sq->sqrt() / bias_correction2_sqrt).add_(eps);
+    param->addcdiv_(*exp_avg, denom, -step_size);
+  });
+}
+
+// torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale).
+char* enkai_shim_unscale(at::Tensor* const* grads, size_t n, at::Tensor* found_inf, at::Tensor* inv_scale) {
+  return guarded([&] {
+    std::vector<at::Tensor> list;
+    list.reserve(n);
+    for (size_t i = 0; i < n; i++) list.push_back(*grads[i]);
+    at::_amp_foreach_non_finite_check_and_unscale_(list, *found_inf, *inv_scale);
+  });
+}
+
+// Autocast state of this thread for a device type (0 = CPU, 1 = CUDA).
+void enkai_shim_autocast_get(int device, int* enabled, int* dtype) {
+  *enabled = at::autocast::is_autocast_enabled(device_type(device)) ? 1 : 0;
+  *dtype = static_cast<int>(at::autocast::get_autocast_dtype(device_type(device)));
+}
+
+char* enkai_shim_autocast_set(int device, int enabled, int dtype) {
+  return guarded([&] {
+    at::autocast::set_autocast_enabled(device_type(device), enabled != 0);
+    at::autocast::set_autocast_dtype(device_type(device), static_cast<at::ScalarType>(dtype));
+  });
+}
+
+void enkai_shim_autocast_increment_nesting() { at::autocast::increment_nesting(); }
+
+// Leaving the outermost region clears the cast cache, as torch.autocast's __exit__ does.
+void enkai_shim_autocast_decrement_nesting() {
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+}
+
+}  // extern "C"

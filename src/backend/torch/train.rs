@@ -1,0 +1,157 @@
+//! Optimizer, GradScaler and autocast kernels: libtorch's own, reached through
+//! `tch` where it has them and through the C++ shim (shim.cpp) where not.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use super::{torch_err, Raw};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::Result;
+
+/// An `at::Tensor*`: what tch's C tensor pointer (`Tensor::as_ptr`) is.
+type AtTensor = *mut c_void;
+
+extern "C" {
+    fn enkai_shim_adamw_step(
+        param: AtTensor,
+        grad: AtTensor,
+        exp_avg: AtTensor,
+        exp_avg_sq: AtTensor,
+        step: f64,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> *mut c_char;
+    fn enkai_shim_unscale(grads: *const AtTensor, n: usize, found_inf: AtTensor, inv_scale: AtTensor) -> *mut c_char;
+    fn enkai_shim_autocast_get(device: c_int, enabled: *mut c_int, dtype: *mut c_int);
+    fn enkai_shim_autocast_set(device: c_int, enabled: c_int, dtype: c_int) -> *mut c_char;
+    fn enkai_shim_autocast_increment_nesting();
+    fn enkai_shim_autocast_decrement_nesting();
+}
+
+/// Turns a shim result (NULL or a malloc'ed message) into a `Result`.
+fn shim(msg: *mut c_char) -> Result<()> {
+    if msg.is_null() {
+        return Ok(());
+    }
+    // SAFETY: the shim returns a NUL-terminated malloc'ed string that we own.
+    let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned();
+    unsafe { libc::free(msg.cast()) };
+    Err(crate::err!(E_TORCH, "{text}"))
+}
+
+// The in-place ops the shim runs change the tensor's storage, never the
+// `at::Tensor` object itself, so a shared `&Raw` is enough.
+fn ptr(t: &tch::Tensor) -> AtTensor {
+    t.as_ptr() as AtTensor
+}
+
+pub fn zeros_like(t: &Raw) -> Result<Raw> {
+    t.0.f_zeros_like().map(Raw).map_err(torch_err)
+}
+
+/// One `torch.optim.AdamW` step for one parameter (`step` already incremented).
+#[allow(clippy::too_many_arguments)]
+pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, step: f64, lr: f64, b1: f64, b2: f64, eps: f64, wd: f64) -> Result<()> {
+    // SAFETY: four live tensors; the shim catches every C++ exception.
+    shim(unsafe { enkai_shim_adamw_step(ptr(&p.0), ptr(&g.0), ptr(&m.0), ptr(&v.0), step, lr, b1, b2, eps, wd) })
+}
+
+/// GradScaler state tensors on `dev`: a float32 scale and an int32 growth tracker, both 0-dim.
+pub fn scaler_state(init_scale: f64, dev: Device) -> Result<(Raw, Raw)> {
+    let d = super::tdevice(dev);
+    let scale = tch::Tensor::f_full([] as [i64; 0], init_scale, (tch::Kind::Float, d)).map_err(torch_err)?;
+    let tracker = tch::Tensor::f_full([] as [i64; 0], 0, (tch::Kind::Int, d)).map_err(torch_err)?;
+    Ok((Raw(scale), Raw(tracker)))
+}
+
+pub fn scalar_value(t: &Raw) -> Result<f64> {
+    t.0.f_double_value(&[]).map_err(torch_err)
+}
+
+/// `outputs * scale.to(outputs.device)`.
+pub fn scale_by(loss: &Raw, scale: &Raw) -> Result<Raw> {
+    let s = scale.0.f_to_device(loss.0.device()).map_err(torch_err)?;
+    loss.0.f_mul(&s).map(Raw).map_err(torch_err)
+}
+
+/// GradScaler.unscale_: grads *= 1/scale (reciprocal taken in float64),
+/// grouped by device as PyTorch does; returns whether any grad was non-finite.
+pub fn unscale(grads: &[&Raw], scale: &Raw) -> Result<bool> {
+    let run = || -> Result<bool> {
+        let inv = scale.0.f_to_kind(tch::Kind::Double).and_then(|t| t.f_reciprocal()).and_then(|t| t.f_to_kind(tch::Kind::Float));
+        let inv = inv.map_err(torch_err)?;
+        let mut found = false;
+        let mut devices: Vec<tch::Device> = Vec::new();
+        for g in grads {
+            if !devices.contains(&g.0.device()) {
+                devices.push(g.0.device());
+            }
+        }
+        for dev in devices {
+            let group: Vec<AtTensor> = grads.iter().filter(|g| g.0.device() == dev).map(|g| ptr(&g.0)).collect();
+            let found_inf = tch::Tensor::f_full([] as [i64; 0], 0.0, (tch::Kind::Float, dev)).map_err(torch_err)?;
+            let inv_d = inv.f_to_device(dev).map_err(torch_err)?;
+            // SAFETY: live tensors; the shim catches every C++ exception.
+            shim(unsafe { enkai_shim_unscale(group.as_ptr(), group.len(), ptr(&found_inf), ptr(&inv_d)) })?;
+            found |= found_inf.f_double_value(&[]).map_err(torch_err)? != 0.0;
+        }
+        Ok(found)
+    };
+    tch::no_grad(run)
+}
+
+/// torch._amp_update_scale_ with PyTorch's growth/backoff rule.
+pub fn update_scale(scale: &Raw, tracker: &Raw, found_inf: bool, growth: f64, backoff: f64, interval: i64) -> Result<()> {
+    let dev = scale.0.device();
+    let found = tch::Tensor::f_full([] as [i64; 0], if found_inf { 1.0 } else { 0.0 }, (tch::Kind::Float, dev)).map_err(torch_err)?;
+    let mut s = scale.0.shallow_clone();
+    s.f_internal_amp_update_scale_(&tracker.0, &found, growth, backoff, interval).map(drop).map_err(torch_err)
+}
+
+/// Autocast state of this thread for one device type: (enabled, dtype as libtorch's ScalarType).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutocastState {
+    pub enabled: bool,
+    pub dtype: c_int,
+}
+
+fn device_code(dev: Device) -> c_int {
+    matches!(dev, Device::Cuda(_)) as c_int
+}
+
+pub fn autocast_get(dev: Device) -> AutocastState {
+    let (mut e, mut d) = (0, 0);
+    // SAFETY: two valid out-pointers; reads thread-local flags.
+    unsafe { enkai_shim_autocast_get(device_code(dev), &mut e, &mut d) };
+    AutocastState { enabled: e != 0, dtype: d }
+}
+
+pub fn autocast_set(dev: Device, s: AutocastState) -> Result<()> {
+    // SAFETY: sets thread-local flags; exceptions are caught in the shim.
+    shim(unsafe { enkai_shim_autocast_set(device_code(dev), s.enabled as c_int, s.dtype) })
+}
+
+/// libtorch's ScalarType number of an autocast dtype (c10/core/ScalarType.h).
+pub fn autocast_dtype_code(d: DType) -> c_int {
+    match d {
+        DType::F16 => 5,
+        DType::BF16 => 15,
+        DType::F32 => 6,
+        DType::F64 => 7,
+        _ => 6,
+    }
+}
+
+pub fn autocast_nesting(enter: bool) {
+    // SAFETY: plain thread-local counters in libtorch.
+    unsafe {
+        if enter {
+            enkai_shim_autocast_increment_nesting()
+        } else {
+            enkai_shim_autocast_decrement_nesting()
+        }
+    }
+}
