@@ -137,11 +137,6 @@ typedef enum EnkaiErrorCode {
 } EnkaiErrorCode;
 
 /**
- * An `at::Tensor*`: what tch's C tensor pointer (`Tensor::as_ptr`) is.
- */
-typedef void *AtTensor;
-
-/**
  * Bytes returned by value: `ptr` is `malloc`ed (and NUL-terminated for
  * convenience, the NUL not counted in `len`); release with `enkai_free(ptr, len)`.
  * `{NULL, 0}` signals an error.
@@ -154,30 +149,6 @@ typedef struct EnkaiSlice {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
-
-extern char *enkai_shim_adamw_step(AtTensor param,
-                                   AtTensor grad,
-                                   AtTensor exp_avg,
-                                   AtTensor exp_avg_sq,
-                                   double step,
-                                   double lr,
-                                   double beta1,
-                                   double beta2,
-                                   double eps,
-                                   double weight_decay);
-
-extern char *enkai_shim_unscale(const AtTensor *grads,
-                                size_t n,
-                                AtTensor found_inf,
-                                AtTensor inv_scale);
-
-extern void enkai_shim_autocast_get(int device, int *enabled, int *dtype);
-
-extern char *enkai_shim_autocast_set(int device, int enabled, int dtype);
-
-extern void enkai_shim_autocast_increment_nesting(void);
-
-extern void enkai_shim_autocast_decrement_nesting(void);
 
 /**
  * A new GradScaler (PyTorch defaults: 65536, 2.0, 0.5, 2000). Returns a
