@@ -418,6 +418,78 @@ int64_t enkai_tensor_live_opts(void);
 int64_t enkai_tensor_live_scalers(void);
 
 /**
+ * Creates a TinyLM's parameters (pre-norm GPT, ABI order, `randn·0.02`
+ * matrices from `seed`, norm weights 1, biases 0; fp32, requiring grad) on
+ * `dev` and writes their handles as a JSON array to `*out` (free with
+ * `enkai_tensor_string_free`); the handles are owned by the caller.
+ * Returns 0, or 1 with `E_INVALID_ARG`, `E_NULL_POINTER`, `E_HANDLE_*`, `E_DEVICE`.
+ *
+ * # Safety
+ * `out` and `out_len` are NULL or valid for one write.
+ */
+int enkai_tensor_tinylm_init(int64_t vocab,
+                             int64_t seq,
+                             int64_t d_model,
+                             int64_t n_layers,
+                             int64_t n_heads,
+                             int64_t dev,
+                             int64_t seed,
+                             char **out,
+                             size_t *out_len);
+
+/**
+ * Mean next-token cross-entropy of the TinyLM `params` (as made by
+ * `enkai_tensor_tinylm_init`) on `input` → `target`, each `batch × seq`
+ * token ids. Returns a new scalar loss handle owned by the caller (call
+ * `enkai_tensor_backward` on it), or 0 with `E_SHAPE`, `E_INVALID_ARG`
+ * (id ≥ vocab, bad list), `E_NULL_POINTER`, `E_HANDLE_*`, `E_TORCH`.
+ *
+ * # Safety
+ * `params` is NULL or a NUL-terminated string; `input`/`target` are NULL or
+ * readable for `n_in`/`n_tgt` values.
+ */
+int64_t enkai_tensor_forward_tinylm(const char *params,
+                                    const uint32_t *input,
+                                    size_t n_in,
+                                    const uint32_t *target,
+                                    size_t n_tgt,
+                                    int64_t batch,
+                                    int64_t seq,
+                                    int64_t n_heads);
+
+/**
+ * Like `enkai_tensor_tinylm_init` for the model described by `spec_json`
+ * (`vocab_size`, `seq_len`, `d_model`, `n_layers`, `n_heads`; optional
+ * `ff_mult` 4, `activation` gelu|relu|silu, `norm` layernorm|rmsnorm,
+ * `tie_embeddings` (no `head_w`; the head is `tok_embed`ᵀ), `dropout`).
+ *
+ * # Safety
+ * `spec_json` is NULL or a NUL-terminated string; `out`, `out_len` NULL or valid for one write.
+ */
+int enkai_tensor_lm_init(const char *spec_json,
+                         int64_t dev,
+                         int64_t seed,
+                         char **out,
+                         size_t *out_len);
+
+/**
+ * Like `enkai_tensor_forward_tinylm` for the model of `spec_json`; dropout
+ * applies only when `training` is non-zero.
+ *
+ * # Safety
+ * As `enkai_tensor_forward_tinylm`; `spec_json` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_tensor_forward_lm(const char *params,
+                                const char *spec_json,
+                                const uint32_t *input,
+                                size_t n_in,
+                                const uint32_t *target,
+                                size_t n_tgt,
+                                int64_t batch,
+                                int64_t seq,
+                                int training);
+
+/**
  * `torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast.
  * Errors: `E_SHAPE` (`matmul [2,3] x [4,5]`), `E_DTYPE` (dtypes differ).
  */

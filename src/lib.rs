@@ -12,6 +12,7 @@ pub mod error;
 pub mod ffi;
 pub mod handles;
 pub mod json;
+pub mod lm;
 pub mod ops;
 pub mod optim;
 pub mod registry;

@@ -18,7 +18,7 @@ __all__ = [
     "live", "concat", "matmul", "softmax", "masked_softmax", "masked_softmax_backward", "layernorm",
     "layernorm_backward", "embedding", "linear", "cross_entropy", "dropout", "grad_multi",
     "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
-    "AdamW", "adamw_step_multi", "GradScaler", "autocast",
+    "AdamW", "adamw_step_multi", "GradScaler", "autocast", "tinylm_init", "forward_tinylm", "lm_init", "forward_lm",
 ]
 
 _CODES = {}
@@ -514,3 +514,30 @@ class autocast:
 
     def __exit__(self, *exc):
         _check_status(lib.enkai_autocast_exit())
+
+
+def _u32(seq):
+    return (ctypes.c_uint32 * len(seq))(*seq)
+
+
+def tinylm_init(vocab, seq, d_model, n_layers, n_heads, dev=None, seed=0):
+    hs = json.loads(_out_string(lib.enkai_tensor_tinylm_init, vocab, seq, d_model, n_layers, n_heads,
+                                _dev(dev).handle, seed))
+    return [Tensor(h) for h in hs]
+
+
+def forward_tinylm(params, inputs, targets, batch, seq, n_heads):
+    return Tensor(lib.enkai_tensor_forward_tinylm(_handles_json(params), _u32(inputs), len(inputs), _u32(targets),
+                                                  len(targets), batch, seq, n_heads))
+
+
+def lm_init(spec, dev=None, seed=0):
+    spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
+    hs = json.loads(_out_string(lib.enkai_tensor_lm_init, _enc(spec), _dev(dev).handle, seed))
+    return [Tensor(h) for h in hs]
+
+
+def forward_lm(params, spec, inputs, targets, batch, seq, training=False):
+    spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
+    return Tensor(lib.enkai_tensor_forward_lm(_handles_json(params), _enc(spec), _u32(inputs), len(inputs),
+                                              _u32(targets), len(targets), batch, seq, int(training)))

@@ -105,6 +105,10 @@ SIGNATURES = {
     "enkai_autocast_exit": (c_int, []),
     "enkai_autocast_enter_device": (c_int, [c_i64, c_str]),
     "enkai_amp_step": (c_int, [c_i64, c_i64, c_str, c_i64]),
+    "enkai_tensor_tinylm_init": (c_int, [c_i64, c_i64, c_i64, c_i64, c_i64, c_i64, c_i64, c_char_pp, c_size_p]),
+    "enkai_tensor_forward_tinylm": (c_i64, [c_str, c_u32_p, c_size, c_u32_p, c_size, c_i64, c_i64, c_i64]),
+    "enkai_tensor_lm_init": (c_int, [c_str, c_i64, c_i64, c_char_pp, c_size_p]),
+    "enkai_tensor_forward_lm": (c_i64, [c_str, c_str, c_u32_p, c_size, c_u32_p, c_size, c_i64, c_i64, c_int]),
 }
 
 

@@ -121,3 +121,8 @@ unavailable! {
     pub fn update_scale(s: &Raw, t: &Raw, f: bool, g: f64, b: f64, i: i64) -> Result<()>;
     pub fn autocast_set(d: Device, s: AutocastState) -> Result<()>;
 }
+
+unavailable! {
+    pub fn lm_init(l: &[(Vec<i64>, crate::lm::Init)], d: Device, s: i64) -> Result<Vec<Raw>>;
+    pub fn lm_forward(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw, t: &Raw, tr: bool) -> Result<Raw>;
+}

@@ -4,12 +4,14 @@
 mod autograd;
 mod create;
 mod data;
+mod lm;
 mod ops;
 mod train;
 
 pub use autograd::*;
 pub use create::*;
 pub use data::*;
+pub use lm::*;
 pub use ops::*;
 pub use train::*;
 

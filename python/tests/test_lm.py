@@ -1,0 +1,108 @@
+"""The LM helpers against the same model written in PyTorch (lm_reference.py)."""
+
+import pytest
+import torch
+
+import enkai_tensor as et
+import lm_reference as ref
+from helpers import same, to_torch
+
+SPECS = [
+    {"vocab_size": 17, "seq_len": 8, "d_model": 16, "n_layers": 2, "n_heads": 4},
+    {"vocab_size": 11, "seq_len": 6, "d_model": 12, "n_layers": 1, "n_heads": 3, "ff_mult": 2,
+     "activation": "silu", "norm": "rmsnorm", "tie_embeddings": True},
+    {"vocab_size": 9, "seq_len": 5, "d_model": 8, "n_layers": 1, "n_heads": 2, "activation": "relu"},
+]
+
+
+def batch_of(spec, b, s, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, spec["vocab_size"], (b, s), generator=g)
+    y = torch.randint(0, spec["vocab_size"], (b, s), generator=g)
+    return x, y
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["default", "rms-silu-tied", "relu"])
+def test_lm_init_loss_and_grads_match_pytorch(spec):
+    eps_ = et.lm_init(spec, seed=11)
+    tps = ref.init(spec, 11)
+    assert len(eps_) == len(tps)
+    for e, t in zip(eps_, tps):
+        same(e, t)
+    x, y = batch_of(spec, 3, spec["seq_len"] - 1, 1)
+    loss_t = ref.forward(tps, spec, x, y)
+    loss_e = et.forward_lm(eps_, spec, x.flatten().tolist(), y.flatten().tolist(), 3, spec["seq_len"] - 1)
+    same(loss_e, loss_t)
+    loss_t.backward()
+    loss_e.backward()
+    for i, (e, t) in enumerate(zip(eps_, tps)):
+        same(e.grad, t.grad)
+
+
+def test_tinylm_matches_pytorch_and_trains():
+    spec = {"vocab_size": 13, "seq_len": 8, "d_model": 16, "n_layers": 2, "n_heads": 2}
+    eps_ = et.tinylm_init(13, 8, 16, 2, 2, seed=3)
+    assert len(eps_) == 6 + 12 * 2
+    tps = ref.init(spec, 3)
+    x, y = batch_of(spec, 2, 8, 2)
+    loss_e = et.forward_tinylm(eps_, x.flatten().tolist(), y.flatten().tolist(), 2, 8, 2)
+    loss_t = ref.forward(tps, spec, x, y)
+    same(loss_e, loss_t)
+
+
+def test_lm_under_autocast_matches_pytorch_autocast():
+    spec = SPECS[0]
+    eps_, tps = et.lm_init(spec, seed=5), ref.init(spec, 5)
+    x, y = batch_of(spec, 2, 6, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_t = ref.forward(tps, spec, x, y)
+    with et.autocast():
+        loss_e = et.forward_lm(eps_, spec, x.flatten().tolist(), y.flatten().tolist(), 2, 6)
+    same(loss_e, loss_t)
+    loss_t.backward()
+    loss_e.backward()
+    for e, t in zip(eps_, tps):
+        same(e.grad, t.grad)
+
+
+def test_dropout_only_in_training():
+    spec = dict(SPECS[0], dropout=0.5)
+    eps_ = et.lm_init(spec, seed=1)
+    x, y = batch_of(spec, 2, 4, 4)
+    args = (x.flatten().tolist(), y.flatten().tolist(), 2, 4)
+    a, b = et.forward_lm(eps_, spec, *args).item(), et.forward_lm(eps_, spec, *args).item()
+    assert a == b
+    tps = ref.init(spec, 1)
+    et.manual_seed(9)
+    c = et.forward_lm(eps_, spec, *args, training=True)
+    torch.manual_seed(9)
+    same(c, ref.forward(tps, spec, x, y, training=True))
+
+
+@pytest.mark.parametrize("spec,code,text", [
+    ({"vocab_size": 5}, "E_INVALID_ARG", "missing required key"),
+    ({"vocab_size": 5, "seq_len": 4, "d_model": 6, "n_layers": 1, "n_heads": 4}, "E_INVALID_ARG", "not a multiple"),
+    ({"vocab_size": 5, "seq_len": 4, "d_model": 8, "n_layers": 1, "n_heads": 2, "norm": "batchnorm"},
+     "E_INVALID_ARG", "batchnorm"),
+    ("{not json", "E_INVALID_ARG", "not JSON"),
+])
+def test_lm_spec_errors(spec, code, text):
+    with pytest.raises(et.EnkaiError) as ex:
+        et.lm_init(spec)
+    assert ex.value.code == code and text in str(ex.value)
+
+
+def test_forward_errors():
+    ps = et.tinylm_init(7, 4, 8, 1, 2)
+    with pytest.raises(et.EnkaiError) as ex:
+        et.forward_tinylm(ps, [1, 2, 3], [1, 2, 3], 1, 4, 2)
+    assert ex.value.code == "E_SHAPE"
+    with pytest.raises(et.EnkaiError) as ex:
+        et.forward_tinylm(ps, [1, 2, 3, 7], [1, 2, 3, 0], 1, 4, 2)
+    assert ex.value.code == "E_INVALID_ARG" and "vocab_size 7" in str(ex.value)
+    with pytest.raises(et.EnkaiError) as ex:
+        et.forward_tinylm(ps, [0] * 10, [0] * 10, 2, 5, 2)
+    assert ex.value.code == "E_SHAPE" and "seq_len" in str(ex.value)
+    with pytest.raises(et.EnkaiError) as ex:
+        et.forward_tinylm(ps[:-1], [0] * 4, [0] * 4, 1, 4, 2)
+    assert ex.value.code == "E_INVALID_ARG"

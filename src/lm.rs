@@ -1,0 +1,245 @@
+//! The language-model helpers: a pre-norm GPT whose parameters are plain
+//! tensor handles in a fixed order (ABI.md), initialised and run here so a
+//! client trains it with nothing but handles.
+//!
+//! Order: `tok_embed[V,D]`, `pos_embed[S,D]`, per layer `ln1_w, ln1_b,
+//! qkv_w[D,3D], qkv_b, proj_w[D,D], proj_b, ln2_w, ln2_b, mlp_w1[D,F],
+//! mlp_b1, mlp_w2[F,D], mlp_b2`, then `ln_f_w, ln_f_b, head_w[D,V], head_b[V]`
+//! (`head_w` is absent when `tie_embeddings`: the head is `tok_embed`ᵀ).
+
+use crate::backend::{self, imp};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::json;
+use crate::registry::TENSORS;
+use crate::tensor;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Gelu,
+    Relu,
+    Silu,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Norm {
+    LayerNorm,
+    /// `x * rsqrt(mean(x²) + eps) * w + b` over the last dim.
+    RmsNorm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LmSpec {
+    pub vocab: i64,
+    pub seq: i64,
+    pub d_model: i64,
+    pub n_layers: i64,
+    pub n_heads: i64,
+    pub ff_mult: i64,
+    pub activation: Activation,
+    pub norm: Norm,
+    pub tie_embeddings: bool,
+    pub dropout: f64,
+}
+
+pub const EPS: f64 = 1e-5;
+
+impl LmSpec {
+    pub fn tiny(vocab: i64, seq: i64, d_model: i64, n_layers: i64, n_heads: i64) -> Result<LmSpec> {
+        LmSpec {
+            vocab,
+            seq,
+            d_model,
+            n_layers,
+            n_heads,
+            ff_mult: 4,
+            activation: Activation::Gelu,
+            norm: Norm::LayerNorm,
+            tie_embeddings: false,
+            dropout: 0.0,
+        }
+        .validate()
+    }
+
+    /// Parses the spec JSON (keys in ABI.md; unknown keys are ignored so a
+    /// client may keep other settings in the same object).
+    pub fn parse(text: &str) -> Result<LmSpec> {
+        let bad = |why: String| crate::err!(E_INVALID_ARG, "lm spec: {why}");
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let obj = v.as_object().ok_or_else(|| bad("expected a JSON object".into()))?;
+        let int = |k: &str, default: Option<i64>| -> Result<i64> {
+            match obj.get(k) {
+                None => default.ok_or_else(|| bad(format!("missing required key {k:?}"))),
+                Some(x) => x.as_i64().ok_or_else(|| bad(format!("{k:?} must be an integer, got {x}"))),
+            }
+        };
+        let word = |k: &str, default: &'static str| -> Result<String> {
+            match obj.get(k) {
+                None => Ok(default.to_string()),
+                Some(x) => x.as_str().map(str::to_string).ok_or_else(|| bad(format!("{k:?} must be a string, got {x}"))),
+            }
+        };
+        let activation = match word("activation", "gelu")?.as_str() {
+            "gelu" => Activation::Gelu,
+            "relu" => Activation::Relu,
+            "silu" => Activation::Silu,
+            other => return Err(bad(format!("activation {other:?} is not gelu, relu or silu"))),
+        };
+        let norm = match word("norm", "layernorm")?.as_str() {
+            "layernorm" => Norm::LayerNorm,
+            "rmsnorm" => Norm::RmsNorm,
+            other => return Err(bad(format!("norm {other:?} is not layernorm or rmsnorm"))),
+        };
+        let tie_embeddings = match obj.get("tie_embeddings") {
+            None => false,
+            Some(x) => x.as_bool().ok_or_else(|| bad(format!("\"tie_embeddings\" must be true or false, got {x}")))?,
+        };
+        let dropout = match obj.get("dropout") {
+            None => 0.0,
+            Some(x) => x.as_f64().ok_or_else(|| bad(format!("\"dropout\" must be a number, got {x}")))?,
+        };
+        LmSpec {
+            vocab: int("vocab_size", None)?,
+            seq: int("seq_len", None)?,
+            d_model: int("d_model", None)?,
+            n_layers: int("n_layers", None)?,
+            n_heads: int("n_heads", None)?,
+            ff_mult: int("ff_mult", Some(4))?,
+            activation,
+            norm,
+            tie_embeddings,
+            dropout,
+        }
+        .validate()
+    }
+
+    fn validate(self) -> Result<LmSpec> {
+        for (k, v) in [("vocab_size", self.vocab), ("seq_len", self.seq), ("d_model", self.d_model), ("n_heads", self.n_heads), ("ff_mult", self.ff_mult)] {
+            if v <= 0 {
+                crate::bail!(E_INVALID_ARG, "lm spec: {k} must be > 0, got {v}");
+            }
+        }
+        if self.n_layers < 0 {
+            crate::bail!(E_INVALID_ARG, "lm spec: n_layers must be >= 0, got {}", self.n_layers);
+        }
+        if self.d_model % self.n_heads != 0 {
+            crate::bail!(E_INVALID_ARG, "lm spec: d_model {} is not a multiple of n_heads {}", self.d_model, self.n_heads);
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            crate::bail!(E_INVALID_ARG, "lm spec: dropout must be in [0, 1), got {}", self.dropout);
+        }
+        Ok(self)
+    }
+
+    /// Every parameter's shape and initial value, in ABI order.
+    pub fn layout(&self) -> Vec<(Vec<i64>, Init)> {
+        let (v, s, d, f) = (self.vocab, self.seq, self.d_model, self.d_model * self.ff_mult);
+        let mut out = vec![(vec![v, d], Init::Normal), (vec![s, d], Init::Normal)];
+        for _ in 0..self.n_layers {
+            out.extend([
+                (vec![d], Init::One),
+                (vec![d], Init::Zero),
+                (vec![d, 3 * d], Init::Normal),
+                (vec![3 * d], Init::Zero),
+                (vec![d, d], Init::Normal),
+                (vec![d], Init::Zero),
+                (vec![d], Init::One),
+                (vec![d], Init::Zero),
+                (vec![d, f], Init::Normal),
+                (vec![f], Init::Zero),
+                (vec![f, d], Init::Normal),
+                (vec![d], Init::Zero),
+            ]);
+        }
+        out.extend([(vec![d], Init::One), (vec![d], Init::Zero)]);
+        if !self.tie_embeddings {
+            out.push((vec![d, v], Init::Normal));
+        }
+        out.push((vec![v], Init::Zero));
+        out
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Init {
+    /// `randn * 0.02`, drawn in parameter order from the seeded generator.
+    Normal,
+    One,
+    Zero,
+}
+
+/// Creates the parameters (fp32, on `dev`, requiring grad); returns their handles.
+pub fn init(spec: &LmSpec, dev: i64, seed: i64) -> Result<Vec<i64>> {
+    let d = tensor::device(dev)?;
+    let b = backend::active_built()?;
+    b.check_device(d)?;
+    let raws = imp::lm_init(&spec.layout(), d, seed)?;
+    let mut out = Vec::with_capacity(raws.len());
+    for r in raws {
+        match tensor::register(b, r) {
+            Ok(h) => out.push(h),
+            Err(e) => {
+                out.iter().for_each(|h| drop(TENSORS.release(*h)));
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The spec a TinyLM parameter list implies (shapes give V, S, D, L).
+fn tiny_spec_of(params: &[crate::handles::Ref<'_, backend::Tensor>], n_heads: i64) -> Result<LmSpec> {
+    let n = params.len();
+    if n < 6 || (n - 6) % 12 != 0 {
+        crate::bail!(E_INVALID_ARG, "tinylm: {n} params is not 6 + 12 x n_layers");
+    }
+    let tok = imp::shape(&params[0].raw);
+    let pos = imp::shape(&params[1].raw);
+    if tok.len() != 2 || pos.len() != 2 {
+        crate::bail!(E_SHAPE, "tinylm: tok_embed {} and pos_embed {} must be matrices", json::write_int_list(&tok), json::write_int_list(&pos));
+    }
+    LmSpec::tiny(tok[0], pos[0], tok[1], ((n - 6) / 12) as i64, n_heads)
+}
+
+fn ids(what: &str, data: &[u32], batch: i64, seq: i64, vocab: i64, dev: crate::device::Device) -> Result<imp::Raw> {
+    if batch <= 0 || seq <= 0 || batch.checked_mul(seq) != Some(data.len() as i64) {
+        crate::bail!(E_SHAPE, "forward: {} {what} ids given for batch {batch} x seq {seq}", data.len());
+    }
+    if let Some(i) = data.iter().position(|&t| i64::from(t) >= vocab) {
+        crate::bail!(E_INVALID_ARG, "forward: {what} id {} at position {i} is not below vocab_size {vocab}", data[i]);
+    }
+    let bytes: Vec<u8> = data.iter().flat_map(|&i| i64::from(i).to_ne_bytes()).collect();
+    imp::from_bytes(&bytes, &[batch, seq], DType::I64, dev)
+}
+
+/// Mean cross-entropy of the model on `input` → `target`; a new loss handle.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(params: &str, spec: Option<&LmSpec>, n_heads: i64, input: &[u32], target: &[u32], batch: i64, seq: i64, training: bool) -> Result<i64> {
+    let hs = json::handle_list(params)?;
+    let ps = TENSORS.get_many(&hs)?;
+    let spec = match spec {
+        Some(s) => *s,
+        None => tiny_spec_of(&ps, n_heads)?,
+    };
+    let layout = spec.layout();
+    if ps.len() != layout.len() {
+        crate::bail!(E_INVALID_ARG, "forward: the spec needs {} params, {} given", layout.len(), ps.len());
+    }
+    for (i, (p, (shape, _))) in ps.iter().zip(&layout).enumerate() {
+        let got = imp::shape(&p.raw);
+        if got != *shape {
+            crate::bail!(E_SHAPE, "forward: param {i} has shape {}, the spec needs {}", json::write_int_list(&got), json::write_int_list(shape));
+        }
+    }
+    if seq > spec.seq {
+        crate::bail!(E_SHAPE, "forward: seq {seq} is longer than seq_len {}", spec.seq);
+    }
+    let refs: Vec<&backend::Tensor> = ps.iter().map(|p| &**p).collect();
+    let b = backend::same_backend("forward", &refs)?;
+    let dev = imp::device(&ps[0].raw);
+    let x = ids("input", input, batch, seq, spec.vocab, dev)?;
+    let y = ids("target", target, batch, seq, spec.vocab, dev)?;
+    let raws: Vec<&imp::Raw> = ps.iter().map(|p| &p.raw).collect();
+    let loss = imp::lm_forward(&raws, &spec, &x, &y, training)?;
+    tensor::register(b, loss)
+}
