@@ -490,6 +490,21 @@ int64_t enkai_tensor_forward_lm(const char *params,
                                 int training);
 
 /**
+ * The logits `[batch, seq, vocab]` of the model of `spec_json` on `input`
+ * (`batch × seq` ids; no dropout), for sampling. Returns a new handle owned
+ * by the caller, or 0 with the errors of `enkai_tensor_forward_lm`.
+ *
+ * # Safety
+ * `params` and `spec_json` are NULL or NUL-terminated strings; `input` NULL or readable for `n_in` values.
+ */
+int64_t enkai_tensor_lm_logits(const char *params,
+                               const char *spec_json,
+                               const uint32_t *input,
+                               size_t n_in,
+                               int64_t batch,
+                               int64_t seq);
+
+/**
  * `torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast.
  * Errors: `E_SHAPE` (`matmul [2,3] x [4,5]`), `E_DTYPE` (dtypes differ).
  */

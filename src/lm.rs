@@ -212,9 +212,15 @@ fn ids(what: &str, data: &[u32], batch: i64, seq: i64, vocab: i64, dev: crate::d
     imp::from_bytes(&bytes, &[batch, seq], DType::I64, dev)
 }
 
-/// Mean cross-entropy of the model on `input` → `target`; a new loss handle.
-#[allow(clippy::too_many_arguments)]
-pub fn forward(params: &str, spec: Option<&LmSpec>, n_heads: i64, input: &[u32], target: &[u32], batch: i64, seq: i64, training: bool) -> Result<i64> {
+/// Borrowed params checked against `spec` (or the TinyLM spec their shapes imply).
+struct Model {
+    params: Vec<crate::handles::Ref<'static, backend::Tensor>>,
+    spec: LmSpec,
+    backend: backend::BackendId,
+    dev: crate::device::Device,
+}
+
+fn model(params: &str, spec: Option<&LmSpec>, n_heads: i64, seq: i64) -> Result<Model> {
     let hs = json::handle_list(params)?;
     let ps = TENSORS.get_many(&hs)?;
     let spec = match spec {
@@ -235,11 +241,26 @@ pub fn forward(params: &str, spec: Option<&LmSpec>, n_heads: i64, input: &[u32],
         crate::bail!(E_SHAPE, "forward: seq {seq} is longer than seq_len {}", spec.seq);
     }
     let refs: Vec<&backend::Tensor> = ps.iter().map(|p| &**p).collect();
-    let b = backend::same_backend("forward", &refs)?;
+    let backend = backend::same_backend("forward", &refs)?;
     let dev = imp::device(&ps[0].raw);
-    let x = ids("input", input, batch, seq, spec.vocab, dev)?;
-    let y = ids("target", target, batch, seq, spec.vocab, dev)?;
-    let raws: Vec<&imp::Raw> = ps.iter().map(|p| &p.raw).collect();
-    let loss = imp::lm_forward(&raws, &spec, &x, &y, training)?;
-    tensor::register(b, loss)
+    Ok(Model { params: ps, spec, backend, dev })
+}
+
+/// Mean cross-entropy of the model on `input` → `target`; a new loss handle.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(params: &str, spec: Option<&LmSpec>, n_heads: i64, input: &[u32], target: &[u32], batch: i64, seq: i64, training: bool) -> Result<i64> {
+    let m = model(params, spec, n_heads, seq)?;
+    let x = ids("input", input, batch, seq, m.spec.vocab, m.dev)?;
+    let y = ids("target", target, batch, seq, m.spec.vocab, m.dev)?;
+    let raws: Vec<&imp::Raw> = m.params.iter().map(|p| &p.raw).collect();
+    let loss = imp::lm_forward(&raws, &m.spec, &x, &y, training)?;
+    tensor::register(m.backend, loss)
+}
+
+/// The logits `[batch, seq, vocab]` of the model on `input` (no dropout); a new handle.
+pub fn logits(params: &str, spec: &LmSpec, input: &[u32], batch: i64, seq: i64) -> Result<i64> {
+    let m = model(params, Some(spec), spec.n_heads, seq)?;
+    let x = ids("input", input, batch, seq, m.spec.vocab, m.dev)?;
+    let raws: Vec<&imp::Raw> = m.params.iter().map(|p| &p.raw).collect();
+    tensor::register(m.backend, imp::lm_logits(&raws, &m.spec, &x)?)
 }

@@ -18,7 +18,7 @@ __all__ = [
     "live", "concat", "matmul", "softmax", "masked_softmax", "masked_softmax_backward", "layernorm",
     "layernorm_backward", "embedding", "linear", "cross_entropy", "dropout", "grad_multi",
     "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
-    "AdamW", "adamw_step_multi", "GradScaler", "autocast", "tinylm_init", "forward_tinylm", "lm_init", "forward_lm",
+    "AdamW", "adamw_step_multi", "GradScaler", "autocast", "tinylm_init", "forward_tinylm", "lm_init", "forward_lm", "lm_logits",
 ]
 
 _CODES = {}
@@ -541,3 +541,8 @@ def forward_lm(params, spec, inputs, targets, batch, seq, training=False):
     spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
     return Tensor(lib.enkai_tensor_forward_lm(_handles_json(params), _enc(spec), _u32(inputs), len(inputs),
                                               _u32(targets), len(targets), batch, seq, int(training)))
+
+
+def lm_logits(params, spec, inputs, batch, seq):
+    spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
+    return Tensor(lib.enkai_tensor_lm_logits(_handles_json(params), _enc(spec), _u32(inputs), len(inputs), batch, seq))

@@ -37,6 +37,10 @@ def test_lm_init_loss_and_grads_match_pytorch(spec):
     loss_e.backward()
     for i, (e, t) in enumerate(zip(eps_, tps)):
         same(e.grad, t.grad)
+    # the logits behind the loss, for sampling
+    logits = et.lm_logits(eps_, spec, x.flatten().tolist(), 3, spec["seq_len"] - 1)
+    assert logits.shape == (3, spec["seq_len"] - 1, spec["vocab_size"])
+    same(et.cross_entropy(logits.reshape(-1, spec["vocab_size"]), et.from_numpy(y.flatten().numpy())), loss_t)
 
 
 def test_tinylm_matches_pytorch_and_trains():

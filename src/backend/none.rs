@@ -125,4 +125,5 @@ unavailable! {
 unavailable! {
     pub fn lm_init(l: &[(Vec<i64>, crate::lm::Init)], d: Device, s: i64) -> Result<Vec<Raw>>;
     pub fn lm_forward(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw, t: &Raw, tr: bool) -> Result<Raw>;
+    pub fn lm_logits(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw) -> Result<Raw>;
 }

@@ -107,3 +107,25 @@ pub unsafe extern "C" fn enkai_tensor_forward_lm(
         lm::forward(unsafe { str_arg(params, "params")? }, Some(&spec), spec.n_heads, input, target, batch, seq, training != 0)
     })
 }
+
+/// The logits `[batch, seq, vocab]` of the model of `spec_json` on `input`
+/// (`batch × seq` ids; no dropout), for sampling. Returns a new handle owned
+/// by the caller, or 0 with the errors of `enkai_tensor_forward_lm`.
+///
+/// # Safety
+/// `params` and `spec_json` are NULL or NUL-terminated strings; `input` NULL or readable for `n_in` values.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_tensor_lm_logits(
+    params: *const c_char,
+    spec_json: *const c_char,
+    input: *const u32,
+    n_in: usize,
+    batch: i64,
+    seq: i64,
+) -> i64 {
+    guard(|| {
+        let spec = LmSpec::parse(unsafe { str_arg(spec_json, "spec_json")? })?;
+        let input = unsafe { bytes_arg(input, n_in, "input")? };
+        lm::logits(unsafe { str_arg(params, "params")? }, &spec, input, batch, seq)
+    })
+}

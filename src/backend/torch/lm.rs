@@ -46,8 +46,23 @@ fn dropout(x: T, p: f64, training: bool) -> R<T> {
     }
 }
 
+/// Mean cross-entropy of the logits against `targets`.
 pub fn lm_forward(params: &[&Raw], spec: &LmSpec, ids: &Raw, targets: &Raw, training: bool) -> Result<Raw> {
     let run = || -> R<T> {
+        let logits = logits(params, spec, ids, training)?;
+        let n = targets.0.numel() as i64;
+        logits.f_view([n, spec.vocab])?.f_cross_entropy_loss(&targets.0.f_view([n])?, None::<T>, tch::Reduction::Mean, -100, 0.0)
+    };
+    run().map(Raw).map_err(torch_err)
+}
+
+/// Logits `[batch, seq, vocab]`.
+pub fn lm_logits(params: &[&Raw], spec: &LmSpec, ids: &Raw) -> Result<Raw> {
+    logits(params, spec, ids, false).map(Raw).map_err(torch_err)
+}
+
+fn logits(params: &[&Raw], spec: &LmSpec, ids: &Raw, training: bool) -> R<T> {
+    {
         let p = |i: usize| &params[i].0;
         let size = ids.0.size();
         let (b, s) = (size[0], size[1]);
@@ -78,18 +93,10 @@ pub fn lm_forward(params: &[&Raw], spec: &LmSpec, ids: &Raw, targets: &Raw, trai
         }
         let base = 2 + 12 * spec.n_layers as usize;
         let x = norm(&x, p(base), p(base + 1), spec.norm)?;
-        let logits = if spec.tie_embeddings {
-            x.f_linear(p(0), Some(p(base + 2)))?
+        if spec.tie_embeddings {
+            x.f_linear(p(0), Some(p(base + 2)))
         } else {
-            linear(&x, p(base + 2), p(base + 3))?
-        };
-        logits.f_view([b * s, spec.vocab])?.f_cross_entropy_loss(
-            &targets.0.f_view([b * s])?,
-            None::<T>,
-            tch::Reduction::Mean,
-            -100,
-            0.0,
-        )
-    };
-    run().map(Raw).map_err(torch_err)
+            linear(&x, p(base + 2), p(base + 3))
+        }
+    }
 }
