@@ -19,9 +19,12 @@ VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-k
             --show-leak-kinds=definite --suppressions=capi-tests/valgrind.supp
 CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_*.c))
 
-.PHONY: demo test build header rust-test nofeature-test python-test capi-test bench clean
+.PHONY: demo quickstart test build header rust-test nofeature-test python-test capi-test bench clean
 
-demo: build build/examples/quickstart
+demo: build build/examples/train_tinylm
+	build/examples/train_tinylm
+
+quickstart: build build/examples/quickstart
 	build/examples/quickstart
 
 test: build rust-test nofeature-test python-test capi-test
@@ -43,6 +46,11 @@ nofeature-test:
 python-test: build
 	python -m pytest python/tests -q
 
+# The client-loop test loads the library with dlopen, as the Enkai runtime does.
+build/capi/test_client_%: capi-tests/test_client_%.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< -o $@ -ldl -lm
+
 build/capi/%: capi-tests/%.c capi-tests/check.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icapi-tests $< -o $@ $(LDLIBS)
@@ -52,13 +60,14 @@ build/examples/%: examples-c/%.c include/enkai_tensor.h $(LIB)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 capi-test: build $(CAPI_TESTS)
-	@for t in $(CAPI_TESTS); do echo "== $$t (valgrind)"; $(VALGRIND) $$t; done
+	@for t in $(CAPI_TESTS); do echo "== $$t (valgrind)"; $(VALGRIND) $$t $(CURDIR)/$(LIB); done
 
 # Benchmarks print ratios taken in one run; they are not tests.
-bench: build build/bench/ops_c
+bench: build build/bench/ops_c build/bench/tinylm_c
 	cargo bench --bench handles
 	cargo bench --bench ops_tch --no-run
 	python benches/ops_compare.py build/bench/ops_c "$$(ls -t target/release/deps/ops_tch-* | grep -v '\.d$$' | head -1)"
+	python benches/tinylm_compare.py build/bench/tinylm_c
 
 build/bench/%: benches/%.c include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)

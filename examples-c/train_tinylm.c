@@ -1,0 +1,140 @@
+/* train_tinylm: trains a small character-level GPT on a built-in text
+ * through the C ABI, with autocast (bf16 on CPU), a GradScaler, gradient
+ * clipping and AdamW, then samples a few characters greedily.
+ * Build: cc train_tinylm.c -Iinclude -Ltarget/release -lenkai_tensor -Wl,-rpath,$PWD/target/release */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "enkai_tensor.h"
+
+static const char *TEXT =
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+    "must be in want of a wife. However little known the feelings or views of such a man may be "
+    "on his first entering a neighbourhood, this truth is so well fixed in the minds of the "
+    "surrounding families, that he is considered the rightful property of some one or other of "
+    "their daughters. ";
+
+enum { SEQ = 32, BATCH = 16, D = 64, LAYERS = 2, HEADS = 4, STEPS = 300 };
+
+static void fail(const char *what) {
+    fprintf(stderr, "%s failed: %s\n", what, enkai_tensor_last_error());
+    exit(1);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Frees every handle of a JSON list such as "[12,0,15]". */
+static void free_list(char *list) {
+    for (char *p = list; *p;) {
+        if (*p >= '0' && *p <= '9') {
+            int64_t h = strtoll(p, &p, 10);
+            if (h) enkai_tensor_free(h);
+        } else {
+            p++;
+        }
+    }
+    enkai_tensor_string_free(list);
+}
+
+int main(void) {
+    /* the vocabulary: the distinct characters of the text */
+    char vocab[128] = {0};
+    int v = 0, index[256];
+    memset(index, -1, sizeof index);
+    for (const char *c = TEXT; *c; c++)
+        if (index[(unsigned char)*c] < 0) index[(unsigned char)*c] = v, vocab[v++] = *c;
+    size_t n = strlen(TEXT);
+    char spec[256];
+    snprintf(spec, sizeof spec, "{\"vocab_size\":%d,\"seq_len\":%d,\"d_model\":%d,\"n_layers\":%d,\"n_heads\":%d}",
+             v, SEQ, D, LAYERS, HEADS);
+
+    int64_t dev = enkai_tensor_device("cpu");
+    char *params;
+    size_t len;
+    if (enkai_tensor_lm_init(spec, dev, 42, &params, &len)) fail("lm_init");
+    int64_t opt = enkai_opt_adamw_create(params, 3e-3, 0.9, 0.95, 1e-8, 0.01);
+    int64_t scaler = enkai_amp_scaler_create(65536.0, 2.0, 0.5, 2000);
+    if (!opt || !scaler) fail("create");
+    printf("TinyLM: vocab %d, d_model %d, %d layers, %d heads; batch %d x seq %d\n", v, D, LAYERS, HEADS, BATCH, SEQ);
+
+    uint32_t in[BATCH * SEQ], tgt[BATCH * SEQ];
+    srand(7);
+    double t0 = now(), window = now();
+    for (int step = 1; step <= STEPS; step++) {
+        for (int b = 0; b < BATCH; b++) {
+            size_t off = (size_t)rand() % (n - SEQ - 1);
+            for (int s = 0; s < SEQ; s++) {
+                in[b * SEQ + s] = (uint32_t)index[(unsigned char)TEXT[off + s]];
+                tgt[b * SEQ + s] = (uint32_t)index[(unsigned char)TEXT[off + s + 1]];
+            }
+        }
+        if (enkai_tensor_zero_grad_multi(params)) fail("zero_grad");
+        enkai_autocast_enter();
+        int64_t loss = enkai_tensor_forward_lm(params, spec, in, BATCH * SEQ, tgt, BATCH * SEQ, BATCH, SEQ, 1);
+        enkai_autocast_exit();
+        if (!loss) fail("forward");
+        double l = enkai_tensor_item(loss);
+        int64_t scaled = enkai_amp_scale_loss(loss, scaler);
+        if (!scaled || enkai_tensor_backward(scaled)) fail("backward");
+        char *grads;
+        if (enkai_tensor_grad_multi(params, &grads, &len)) fail("grad_multi");
+        int found_inf = 0;
+        double norm = 0;
+        if (enkai_amp_unscale_grads(grads, scaler, &found_inf)) fail("unscale");
+        if (!found_inf) {
+            if (enkai_tensor_clip_grad_norm_multi(grads, 1.0, 2.0, &norm)) fail("clip");
+            if (enkai_opt_adamw_step(opt)) fail("step");
+        }
+        if (enkai_amp_scaler_update(scaler, found_inf)) fail("update");
+        free_list(grads);
+        enkai_tensor_free(loss);
+        enkai_tensor_free(scaled);
+        if (step % 25 == 0) {
+            double dt = now() - window;
+            window = now();
+            printf("step %4d  loss %.4f  grad-norm %.3f  %8.0f tokens/s%s\n", step, l, norm, 25.0 * BATCH * SEQ / dt,
+                   found_inf ? "  (skipped: inf)" : "");
+        }
+    }
+    printf("trained %d steps in %.1f s\n", STEPS, now() - t0);
+
+    /* greedy sampling from a prompt */
+    char out[SEQ + 64];
+    const char *prompt = "It is a truth ";
+    strcpy(out, prompt);
+    size_t have = strlen(out);
+    while (have < sizeof out - 1 && have < strlen(prompt) + 48) {
+        size_t ctx = have < SEQ ? have : SEQ;
+        uint32_t ids[SEQ];
+        for (size_t i = 0; i < ctx; i++) ids[i] = (uint32_t)index[(unsigned char)out[have - ctx + i]];
+        int64_t logits = enkai_tensor_lm_logits(params, spec, ids, ctx, 1, (int64_t)ctx);
+        if (!logits) fail("logits");
+        int64_t last = enkai_tensor_slice(logits, 1, (int64_t)ctx - 1, (int64_t)ctx, 1);
+        float row[128];
+        if (!last || enkai_tensor_copy_to(last, row, sizeof(float) * (size_t)v)) fail("read logits");
+        int best = 0;
+        for (int i = 1; i < v; i++)
+            if (row[i] > row[best]) best = i;
+        out[have++] = vocab[best];
+        out[have] = 0;
+        enkai_tensor_free(last);
+        enkai_tensor_free(logits);
+    }
+    printf("sample: \"%s\"\n", out);
+
+    enkai_tensor_opt_free(opt);
+    enkai_amp_scaler_free(scaler);
+    free_list(params);
+    enkai_tensor_device_free(dev);
+    printf("live: tensors=%lld devices=%lld opts=%lld scalers=%lld\n", (long long)enkai_tensor_live_tensors(),
+           (long long)enkai_tensor_live_devices(), (long long)enkai_tensor_live_opts(),
+           (long long)enkai_tensor_live_scalers());
+    return 0;
+}
