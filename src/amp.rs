@@ -171,3 +171,37 @@ pub fn exit() -> Result<()> {
     }
     Ok(())
 }
+
+/// A scaler's settings and state, as a checkpoint stores them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScalerExport {
+    pub scale: f64,
+    pub growth_tracker: i64,
+    pub init_scale: f64,
+    pub growth: f64,
+    pub backoff: f64,
+    pub interval: i64,
+}
+
+pub fn scaler_export(scaler: i64) -> Result<ScalerExport> {
+    with_state(scaler, |s, st| {
+        let (scale, growth_tracker) = match &st.tensors {
+            Some((scale, tracker)) => (imp::scalar_value(scale)?, imp::scalar_value(tracker)? as i64),
+            None => (s.init_scale, 0),
+        };
+        Ok(ScalerExport { scale, growth_tracker, init_scale: s.init_scale, growth: s.growth, backoff: s.backoff, interval: s.interval })
+    })
+}
+
+pub fn scaler_import(x: ScalerExport) -> Result<i64> {
+    let h = scaler_create(x.init_scale, x.growth, x.backoff, x.interval)?;
+    let restore = with_state(h, |_, st| {
+        st.tensors = Some(imp::scaler_state_with(x.scale, x.growth_tracker, Device::Cpu)?);
+        Ok(())
+    });
+    if let Err(e) = restore {
+        let _ = SCALERS.release(h);
+        return Err(e);
+    }
+    Ok(h)
+}

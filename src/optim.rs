@@ -197,3 +197,47 @@ pub fn step_multi(params: &str, grads: &str, state: i64, hyper: Hyper) -> Result
     }
     result
 }
+
+/// An optimizer's state for a checkpoint: groups as indices into the saved
+/// params list, and per-param moments (shallow copies) with their step.
+pub struct Export {
+    pub groups: Vec<(Hyper, Vec<usize>)>,
+    pub states: Vec<(usize, u64, Raw, Raw)>,
+}
+
+pub fn export(opt: i64, saved: &[i64]) -> Result<Export> {
+    with_groups(opt, |groups| {
+        let mut out = Export { groups: Vec::new(), states: Vec::new() };
+        for g in groups.iter() {
+            let mut idx = Vec::with_capacity(g.params.len());
+            for p in &g.params {
+                let i = saved.iter().position(|h| *h == p.handle).ok_or_else(|| {
+                    crate::err!(E_INVALID_ARG, "optimizer param {} is not among the params being saved", p.handle)
+                })?;
+                idx.push(i);
+                if let Some(m) = &p.state {
+                    out.states.push((i, m.step, imp::shallow(&m.exp_avg), imp::shallow(&m.exp_avg_sq)));
+                }
+            }
+            out.groups.push((g.hyper, idx));
+        }
+        Ok(out)
+    })
+}
+
+/// Rebuilds an optimizer over `handles` (retained) from a checkpoint's state.
+pub fn import(groups: Vec<(Hyper, Vec<i64>)>, mut states: Vec<(i64, u64, Raw, Raw)>) -> Result<i64> {
+    let mut built = Vec::with_capacity(groups.len());
+    for (hyper, hs) in groups {
+        let list = json::write_int_list(&hs);
+        let mut params = retain_params(&list, &built)?;
+        for p in &mut params {
+            if let Some(k) = states.iter().position(|s| s.0 == p.handle) {
+                let (_, step, exp_avg, exp_avg_sq) = states.swap_remove(k);
+                p.state = Some(Moments { exp_avg, exp_avg_sq, step });
+            }
+        }
+        built.push(Group { hyper: hyper.validate()?, params });
+    }
+    OPTIMIZERS.insert(Optimizer { groups: Mutex::new(built) })
+}

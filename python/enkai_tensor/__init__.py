@@ -9,6 +9,7 @@
 
 import ctypes
 import json
+import os
 
 from ._lib import EnkaiSlice, lib  # noqa: F401  (lib is part of the API)
 
@@ -19,6 +20,7 @@ __all__ = [
     "layernorm_backward", "embedding", "linear", "cross_entropy", "dropout", "grad_multi",
     "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
     "AdamW", "adamw_step_multi", "GradScaler", "autocast", "tinylm_init", "forward_tinylm", "lm_init", "forward_lm", "lm_logits",
+    "checkpoint_save", "checkpoint_load", "checkpoint_load_scaler", "checkpoint_save_ranked", "checkpoint_load_ranked",
 ]
 
 _CODES = {}
@@ -546,3 +548,48 @@ def forward_lm(params, spec, inputs, targets, batch, seq, training=False):
 def lm_logits(params, spec, inputs, batch, seq):
     spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
     return Tensor(lib.enkai_tensor_lm_logits(_handles_json(params), _enc(spec), _u32(inputs), len(inputs), batch, seq))
+
+
+def _path(p):
+    return os.fsencode(p)
+
+
+def checkpoint_save(dir, params, opt=None, meta="{}", scaler=None):
+    meta = _enc(meta)
+    if scaler is None:
+        _check_status(lib.enkai_checkpoint_save(_path(dir), _handles_json(params), opt.handle if opt else 0, meta))
+    else:
+        _check_status(lib.enkai_checkpoint_save_amp(_path(dir), _handles_json(params), opt.handle if opt else 0,
+                                                    scaler.handle, meta))
+
+
+def _load_outputs(fn, *args):
+    p, pl, o, m, ml = ctypes.c_char_p(), ctypes.c_size_t(), ctypes.c_int64(), ctypes.c_char_p(), ctypes.c_size_t()
+    _check_status(fn(*args, ctypes.byref(p), ctypes.byref(pl), ctypes.byref(o), ctypes.byref(m), ctypes.byref(ml)))
+    try:
+        hs = json.loads(ctypes.string_at(p, pl.value))
+        meta = ctypes.string_at(m, ml.value)
+    finally:
+        lib.enkai_tensor_string_free(p)
+        lib.enkai_tensor_string_free(m)
+    return [Tensor(h) for h in hs], (AdamW.adopt(o.value) if o.value else None), meta
+
+
+def checkpoint_load(dir):
+    """(params, optimizer or None, meta bytes) from the latest snapshot of `dir`."""
+    return _load_outputs(lib.enkai_checkpoint_load, _path(dir))
+
+
+def checkpoint_load_scaler(dir):
+    s = GradScaler.__new__(GradScaler)
+    s.handle = _check_handle(lib.enkai_checkpoint_load_scaler(_path(dir)))
+    return s
+
+
+def checkpoint_save_ranked(dir, rank, world, params, opt=None, meta="{}"):
+    _check_status(lib.enkai_checkpoint_save_ranked(_path(dir), rank, world, _handles_json(params),
+                                                   opt.handle if opt else 0, _enc(meta)))
+
+
+def checkpoint_load_ranked(dir, rank):
+    return _load_outputs(lib.enkai_checkpoint_load_ranked, _path(dir), rank)

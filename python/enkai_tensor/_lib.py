@@ -110,6 +110,13 @@ SIGNATURES = {
     "enkai_tensor_lm_init": (c_int, [c_str, c_i64, c_i64, c_char_pp, c_size_p]),
     "enkai_tensor_forward_lm": (c_i64, [c_str, c_str, c_u32_p, c_size, c_u32_p, c_size, c_i64, c_i64, c_int]),
     "enkai_tensor_lm_logits": (c_i64, [c_str, c_str, c_u32_p, c_size, c_i64, c_i64]),
+    "enkai_checkpoint_save": (c_int, [c_str, c_str, c_i64, c_str]),
+    "enkai_checkpoint_save_amp": (c_int, [c_str, c_str, c_i64, c_i64, c_str]),
+    "enkai_checkpoint_load": (c_int, [c_str, c_char_pp, c_size_p, ctypes.POINTER(c_i64), c_char_pp, c_size_p]),
+    "enkai_checkpoint_load_scaler": (c_i64, [c_str]),
+    "enkai_checkpoint_save_ranked": (c_int, [c_str, c_i64, c_i64, c_str, c_i64, c_str]),
+    "enkai_checkpoint_load_ranked": (c_int, [c_str, c_i64, c_char_pp, c_size_p, ctypes.POINTER(c_i64), c_char_pp,
+                                             c_size_p]),
 }
 
 

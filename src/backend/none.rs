@@ -127,3 +127,15 @@ unavailable! {
     pub fn lm_forward(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw, t: &Raw, tr: bool) -> Result<Raw>;
     pub fn lm_logits(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw) -> Result<Raw>;
 }
+
+pub fn shallow(t: &Raw) -> Raw {
+    match *t {}
+}
+
+pub fn requires_grad(t: &Raw) -> bool {
+    match *t {}
+}
+
+unavailable! {
+    pub fn scaler_state_with(s: f64, t: i64, d: Device) -> Result<(Raw, Raw)>;
+}

@@ -48,6 +48,15 @@ fn ptr(t: &tch::Tensor) -> AtTensor {
     t.as_ptr() as AtTensor
 }
 
+/// Another reference to the same tensor (no copy).
+pub fn shallow(t: &Raw) -> Raw {
+    Raw(t.0.shallow_clone())
+}
+
+pub fn requires_grad(t: &Raw) -> bool {
+    t.0.requires_grad()
+}
+
 pub fn zeros_like(t: &Raw) -> Result<Raw> {
     t.0.f_zeros_like().map(Raw).map_err(torch_err)
 }
@@ -61,9 +70,14 @@ pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, step: f64, lr: f64, b1: f6
 
 /// GradScaler state tensors on `dev`: a float32 scale and an int32 growth tracker, both 0-dim.
 pub fn scaler_state(init_scale: f64, dev: Device) -> Result<(Raw, Raw)> {
+    scaler_state_with(init_scale, 0, dev)
+}
+
+/// Scaler state tensors holding a saved scale and growth tracker.
+pub fn scaler_state_with(scale: f64, tracker: i64, dev: Device) -> Result<(Raw, Raw)> {
     let d = super::tdevice(dev);
-    let scale = tch::Tensor::f_full([] as [i64; 0], init_scale, (tch::Kind::Float, d)).map_err(torch_err)?;
-    let tracker = tch::Tensor::f_full([] as [i64; 0], 0, (tch::Kind::Int, d)).map_err(torch_err)?;
+    let scale = tch::Tensor::f_full([] as [i64; 0], scale, (tch::Kind::Float, d)).map_err(torch_err)?;
+    let tracker = tch::Tensor::f_full([] as [i64; 0], tracker, (tch::Kind::Int, d)).map_err(torch_err)?;
     Ok((Raw(scale), Raw(tracker)))
 }
 

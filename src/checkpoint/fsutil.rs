@@ -1,0 +1,139 @@
+//! Durable file-system steps: synced writes, directory fsync, the atomic
+//! switch of `latest`, pruning, and the directory lock.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+pub fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
+    crate::err!(E_CKPT_IO, "{what} {}: {e}", path.display())
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `bytes` to a new file and fsyncs it.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create(path).map_err(|e| io_err("create", path, e))?;
+    f.write_all(bytes).map_err(|e| io_err("write", path, e))?;
+    f.sync_all().map_err(|e| io_err("fsync", path, e))
+}
+
+pub fn fsync_dir(path: &Path) -> Result<()> {
+    File::open(path).and_then(|d| d.sync_all()).map_err(|e| io_err("fsync directory", path, e))
+}
+
+/// A file name from a manifest or link: one plain path component, nothing that climbs out.
+pub fn plain_name(name: &str) -> Result<&str> {
+    let ok = !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('\0');
+    if !ok {
+        crate::bail!(E_CKPT_FORMAT, "{name:?} is not a plain file name");
+    }
+    Ok(name)
+}
+
+const PREFIX: &str = "snap-";
+
+fn snapshot_number(name: &str) -> Option<u64> {
+    name.strip_prefix(PREFIX).and_then(|n| n.parse().ok())
+}
+
+fn snapshots(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).map_err(|e| io_err("list", dir, e))? {
+        let e = e.map_err(|e| io_err("list", dir, e))?;
+        if let Some(n) = e.file_name().to_str().and_then(snapshot_number) {
+            out.push((n, e.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The snapshot `latest` points to.
+pub fn latest(dir: &Path) -> Result<PathBuf> {
+    let link = dir.join("latest");
+    let target = fs::read_link(&link).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "no checkpoint in {}: {} does not exist", dir.display(), link.display()),
+        _ => io_err("read link", &link, e),
+    })?;
+    let name = target.to_str().ok_or_else(|| crate::err!(E_CKPT_FORMAT, "latest points to a non-UTF-8 name"))?;
+    let name = plain_name(name)?;
+    if snapshot_number(name).is_none() {
+        crate::bail!(E_CKPT_FORMAT, "latest points to {name:?}, not a snapshot");
+    }
+    Ok(dir.join(name))
+}
+
+/// A fresh staging directory inside `dir` (same file system, so renames are atomic).
+pub fn staging(dir: &Path, tag: &str) -> Result<PathBuf> {
+    fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let path = dir.join(format!(".staging-{tag}-{}-{nanos}", std::process::id()));
+    fs::create_dir(&path).map_err(|e| io_err("create", &path, e))?;
+    Ok(path)
+}
+
+/// Makes the synced staging directory the next snapshot and points `latest`
+/// at it, each step durable before the next; then prunes old snapshots.
+/// A crash at any instant leaves `latest` on a complete snapshot.
+pub fn commit(dir: &Path, staged: &Path) -> Result<PathBuf> {
+    fsync_dir(staged)?;
+    let next = snapshots(dir)?.last().map_or(1, |(n, _)| n + 1);
+    let name = format!("{PREFIX}{next:06}");
+    let snap = dir.join(&name);
+    fs::rename(staged, &snap).map_err(|e| io_err("rename", staged, e))?;
+    fsync_dir(dir)?;
+    let tmp = dir.join(format!(".latest-{}", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&name, &tmp).map_err(|e| io_err("symlink", &tmp, e))?;
+    fs::rename(&tmp, dir.join("latest")).map_err(|e| io_err("rename", &tmp, e))?;
+    fsync_dir(dir)?;
+    prune(dir, next)?;
+    Ok(snap)
+}
+
+/// How many snapshots to keep: `ENKAI_CKPT_KEEP` (>= 1), default 2.
+fn keep() -> u64 {
+    std::env::var("ENKAI_CKPT_KEEP").ok().and_then(|v| v.parse().ok()).filter(|k| *k >= 1).unwrap_or(2)
+}
+
+fn prune(dir: &Path, newest: u64) -> Result<()> {
+    let keep = keep();
+    for (n, path) in snapshots(dir)? {
+        if n + keep <= newest {
+            fs::remove_dir_all(&path).map_err(|e| io_err("remove", &path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// An exclusive `flock` on `dir/.lock`, held until dropped: savers in several
+/// processes take turns at the bookkeeping steps.
+pub struct DirLock(File);
+
+impl DirLock {
+    pub fn take(dir: &Path) -> Result<DirLock> {
+        fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+        let path = dir.join(".lock");
+        let f = OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|e| io_err("open", &path, e))?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(io_err("lock", &path, std::io::Error::last_os_error()));
+        }
+        Ok(DirLock(f))
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // SAFETY: unlocking our own descriptor (closing it would too).
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}

@@ -1,0 +1,338 @@
+//! Checkpoints that never lose a run. A checkpoint directory holds numbered
+//! snapshots (`snap-000042/`) and a `latest` symlink switched atomically by
+//! `rename`; a snapshot holds `params.safetensors`, `optimizer.safetensors`,
+//! `scaler.json` (when a scaler is saved), `meta.json` (the caller's bytes)
+//! and `integrity.json` (SHA-256 of every file, checked before any handle is
+//! made). Ranked saves put each rank's files under `rank{r}/` and list every
+//! rank's hashes in `manifest.json`.
+
+mod fsutil;
+pub mod safetensors;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::amp::{self, ScalerExport};
+use crate::backend::{self, imp};
+use crate::device::Device;
+use crate::error::Result;
+use crate::optim::{self, Hyper};
+use crate::registry::TENSORS;
+use crate::{json as ijson, tensor};
+use fsutil::{io_err, plain_name, sha256_hex};
+use safetensors::Entry;
+
+const FORMAT: u64 = 1;
+const PARAMS: &str = "params.safetensors";
+const OPTIMIZER: &str = "optimizer.safetensors";
+const SCALER: &str = "scaler.json";
+const META: &str = "meta.json";
+const INTEGRITY: &str = "integrity.json";
+const MANIFEST: &str = "manifest.json";
+
+fn format_err(what: &str, why: impl std::fmt::Display) -> crate::Error {
+    crate::err!(E_CKPT_FORMAT, "{what}: {why}")
+}
+
+/// The files of one snapshot (or one rank's shard), by name.
+type Files = BTreeMap<String, Vec<u8>>;
+
+fn entry(name: String, t: &imp::Raw) -> Result<Entry> {
+    let dtype = imp::dtype(t)?;
+    let shape = imp::shape(t);
+    let mut data = vec![0u8; tensor::numel_of(&shape)? * dtype.size()];
+    imp::copy_to(t, &mut data)?;
+    Ok(Entry { name, dtype, shape, data })
+}
+
+/// Everything a save writes, gathered from the handles before touching the disk.
+fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<Files> {
+    let hs = ijson::handle_list(params)?;
+    let ps = TENSORS.get_many(&hs)?;
+    let mut entries = Vec::with_capacity(ps.len());
+    let (mut grads, mut devices) = (Vec::new(), Vec::new());
+    for (i, p) in ps.iter().enumerate() {
+        entries.push(entry(format!("param_{i}"), &p.raw)?);
+        grads.push(imp::requires_grad(&p.raw));
+        devices.push(imp::device(&p.raw).to_string());
+    }
+    let mut m = BTreeMap::new();
+    m.insert("format".into(), "enkai-params-1".into());
+    m.insert("requires_grad".into(), json!(grads).to_string());
+    m.insert("devices".into(), json!(devices).to_string());
+    let mut files = Files::new();
+    files.insert(PARAMS.into(), safetensors::encode(&entries, &m));
+    if opt != 0 {
+        let ex = optim::export(opt, &hs)?;
+        let mut entries = Vec::new();
+        let mut steps = serde_json::Map::new();
+        for (i, step, m1, m2) in &ex.states {
+            entries.push(entry(format!("exp_avg.{i}"), m1)?);
+            entries.push(entry(format!("exp_avg_sq.{i}"), m2)?);
+            steps.insert(i.to_string(), json!(step));
+        }
+        let groups: Vec<Value> = ex
+            .groups
+            .iter()
+            .map(|(h, idx)| json!({"lr": h.lr, "beta1": h.beta1, "beta2": h.beta2, "eps": h.eps, "weight_decay": h.weight_decay, "params": idx}))
+            .collect();
+        let mut m = BTreeMap::new();
+        m.insert("format".into(), "enkai-adamw-1".into());
+        m.insert("groups".into(), Value::Array(groups).to_string());
+        m.insert("steps".into(), Value::Object(steps).to_string());
+        files.insert(OPTIMIZER.into(), safetensors::encode(&entries, &m));
+    }
+    if scaler != 0 {
+        let s = amp::scaler_export(scaler)?;
+        let v = json!({"scale": s.scale, "growth_tracker": s.growth_tracker, "init_scale": s.init_scale,
+                       "growth_factor": s.growth, "backoff_factor": s.backoff, "growth_interval": s.interval});
+        files.insert(SCALER.into(), v.to_string().into_bytes());
+    }
+    files.insert(META.into(), meta.to_vec());
+    Ok(files)
+}
+
+/// Writes `files` and their integrity.json into `dir`, each synced; returns the hashes.
+fn write_files(dir: &Path, files: &Files) -> Result<BTreeMap<String, String>> {
+    let mut hashes = BTreeMap::new();
+    for (name, bytes) in files {
+        fsutil::write_synced(&dir.join(name), bytes)?;
+        hashes.insert(name.clone(), sha256_hex(bytes));
+    }
+    let integrity = json!({"format": FORMAT, "files": hashes});
+    fsutil::write_synced(&dir.join(INTEGRITY), integrity.to_string().as_bytes())?;
+    fsutil::fsync_dir(dir)?;
+    Ok(hashes)
+}
+
+pub fn save(dir: &str, params: &str, opt: i64, scaler: i64, meta: &str) -> Result<()> {
+    let files = gather(params, opt, scaler, meta.as_bytes())?;
+    let dir = Path::new(dir);
+    let staged = fsutil::staging(dir, "save")?;
+    let written = write_files(&staged, &files).and_then(|_| {
+        let _lock = fsutil::DirLock::take(dir)?;
+        fsutil::commit(dir, &staged)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&staged);
+    }
+    written.map(drop)
+}
+
+/// Reads `integrity.json` in `dir` and every file it lists, verifying each
+/// hash; nothing is parsed before all of them check out.
+fn read_verified(dir: &Path, expected: Option<&BTreeMap<String, String>>) -> Result<Files> {
+    let ipath = dir.join(INTEGRITY);
+    let raw = std::fs::read(&ipath).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing", ipath.display()),
+        _ => io_err("read", &ipath, e),
+    })?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(INTEGRITY, e))?;
+    if v.get("format").and_then(Value::as_u64) != Some(FORMAT) {
+        return Err(format_err(INTEGRITY, format!("unsupported format {:?}", v.get("format"))));
+    }
+    let listed = v.get("files").and_then(Value::as_object).ok_or_else(|| format_err(INTEGRITY, "no \"files\" object"))?;
+    let mut hashes = BTreeMap::new();
+    for (name, h) in listed {
+        let h = h.as_str().ok_or_else(|| format_err(INTEGRITY, format!("hash of {name:?} is not a string")))?;
+        hashes.insert(plain_name(name)?.to_string(), h.to_string());
+    }
+    if let Some(exp) = expected {
+        if exp != &hashes {
+            crate::bail!(E_CKPT_HASH_MISMATCH, "{} does not match the manifest", ipath.display());
+        }
+    }
+    for required in [PARAMS, META] {
+        if !hashes.contains_key(required) {
+            return Err(format_err(INTEGRITY, format!("does not list {required}")));
+        }
+    }
+    let mut files = Files::new();
+    for (name, want) in hashes {
+        let path = dir.join(&name);
+        let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing", path.display()),
+            _ => io_err("read", &path, e),
+        })?;
+        let got = sha256_hex(&bytes);
+        if got != want {
+            crate::bail!(E_CKPT_HASH_MISMATCH, "{}: sha256 {got} but integrity.json records {want}", path.display());
+        }
+        files.insert(name, bytes);
+    }
+    Ok(files)
+}
+
+fn json_meta<T: serde::de::DeserializeOwned>(meta: &BTreeMap<String, String>, key: &str, what: &str) -> Result<T> {
+    let text = meta.get(key).ok_or_else(|| format_err(what, format!("metadata has no {key:?}")))?;
+    serde_json::from_str(text).map_err(|e| format_err(what, format!("metadata {key:?}: {e}")))
+}
+
+fn device_of(name: &str) -> Result<Device> {
+    match crate::device::DeviceSpec::parse(name).map_err(|_| format_err(PARAMS, format!("unknown device {name:?}")))? {
+        crate::device::DeviceSpec::Exact(d) => Ok(d),
+        crate::device::DeviceSpec::Auto => Err(format_err(PARAMS, "device \"auto\" in a checkpoint")),
+    }
+}
+
+/// Handles made while restoring, released again if a later step fails.
+struct Made(Vec<i64>);
+
+impl Made {
+    fn keep(mut self) -> Vec<i64> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|h| drop(TENSORS.release(*h)));
+    }
+}
+
+/// Parses verified files into new handles: params (in saved order), the
+/// optimizer bound to them (0 if none was saved), and the meta bytes.
+fn restore(files: &Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
+    let (entries, meta) = safetensors::decode(&files[PARAMS], PARAMS)?;
+    let n = entries.len();
+    let grads: Vec<bool> = json_meta(&meta, "requires_grad", PARAMS)?;
+    let devices: Vec<String> = json_meta(&meta, "devices", PARAMS)?;
+    if grads.len() != n || devices.len() != n {
+        return Err(format_err(PARAMS, "metadata does not describe every tensor"));
+    }
+    let mut by_name: BTreeMap<String, Entry> = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
+    let b = backend::active_built()?;
+    let mut made = Made(Vec::with_capacity(n));
+    let mut opt_state_entries = Vec::new();
+    for i in 0..n {
+        let e = by_name.remove(&format!("param_{i}")).ok_or_else(|| format_err(PARAMS, format!("param_{i} is missing")))?;
+        let dev = device_of(&devices[i])?;
+        let raw = imp::from_bytes(&e.data, &e.shape, e.dtype, dev)?;
+        if grads[i] {
+            imp::set_requires_grad(&raw)?;
+        }
+        made.0.push(tensor::register(b, raw)?);
+    }
+    let opt = match files.get(OPTIMIZER) {
+        None => 0,
+        Some(bytes) => {
+            let (entries, meta) = safetensors::decode(bytes, OPTIMIZER)?;
+            let groups: Vec<Value> = json_meta(&meta, "groups", OPTIMIZER)?;
+            let steps: BTreeMap<String, u64> = json_meta(&meta, "steps", OPTIMIZER)?;
+            let mut moments: BTreeMap<String, Entry> = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
+            let mut gs = Vec::new();
+            for g in &groups {
+                let f = |k: &str| g.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(OPTIMIZER, format!("group has no {k:?}")));
+                let hyper = Hyper { lr: f("lr")?, beta1: f("beta1")?, beta2: f("beta2")?, eps: f("eps")?, weight_decay: f("weight_decay")? };
+                let idx: Vec<usize> = g
+                    .get("params")
+                    .and_then(|p| serde_json::from_value(p.clone()).ok())
+                    .ok_or_else(|| format_err(OPTIMIZER, "group has no \"params\" list"))?;
+                let hs = idx
+                    .iter()
+                    .map(|&i| made.0.get(i).copied().ok_or_else(|| format_err(OPTIMIZER, format!("group names param {i} of {n}"))))
+                    .collect::<Result<Vec<_>>>()?;
+                gs.push((hyper, hs));
+            }
+            for (i, step) in steps {
+                let idx: usize = i.parse().map_err(|_| format_err(OPTIMIZER, format!("step key {i:?}")))?;
+                let h = *made.0.get(idx).ok_or_else(|| format_err(OPTIMIZER, format!("state for param {idx} of {n}")))?;
+                let dev = device_of(&devices[idx])?;
+                let mut take = |name: String| -> Result<imp::Raw> {
+                    let e = moments.remove(&name).ok_or_else(|| format_err(OPTIMIZER, format!("{name} is missing")))?;
+                    imp::from_bytes(&e.data, &e.shape, e.dtype, dev)
+                };
+                opt_state_entries.push((h, step, take(format!("exp_avg.{idx}"))?, take(format!("exp_avg_sq.{idx}"))?));
+            }
+            optim::import(gs, opt_state_entries)?
+        }
+    };
+    Ok((made.keep(), opt, files[META].clone()))
+}
+
+pub fn load(dir: &str) -> Result<(Vec<i64>, i64, Vec<u8>)> {
+    let snap = fsutil::latest(Path::new(dir))?;
+    restore(&read_verified(&snap, None)?)
+}
+
+/// A new scaler with the state saved in the latest snapshot of `dir`.
+pub fn load_scaler(dir: &str) -> Result<i64> {
+    let snap = fsutil::latest(Path::new(dir))?;
+    let files = read_verified(&snap, None)?;
+    let bytes = files.get(SCALER).ok_or_else(|| crate::err!(E_CKPT_MISSING, "{} has no {SCALER}", snap.display()))?;
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| format_err(SCALER, e))?;
+    let f = |k: &str| v.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(SCALER, format!("no number {k:?}")));
+    let i = |k: &str| v.get(k).and_then(Value::as_i64).ok_or_else(|| format_err(SCALER, format!("no integer {k:?}")));
+    amp::scaler_import(ScalerExport {
+        scale: f("scale")?,
+        growth_tracker: i("growth_tracker")?,
+        init_scale: f("init_scale")?,
+        growth: f("growth_factor")?,
+        backoff: f("backoff_factor")?,
+        interval: i("growth_interval")?,
+    })
+}
+
+/// One rank's part of a ranked save. Ranks that save with the same `world`
+/// and `meta` join one pending snapshot; the last to finish writes the
+/// manifest and switches `latest`.
+pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
+    if world < 1 || !(0..world).contains(&rank) {
+        crate::bail!(E_INVALID_ARG, "rank {rank} is not in a world of {world}");
+    }
+    let files = gather(params, opt, 0, meta.as_bytes())?;
+    let dir = Path::new(dir);
+    std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+    let key = &sha256_hex(format!("{world}\n{meta}").as_bytes())[..16];
+    let pending = dir.join(format!(".pending-{key}"));
+    std::fs::create_dir_all(&pending).map_err(|e| io_err("create", &pending, e))?;
+    let staged = fsutil::staging(&pending, &format!("rank{rank}"))?;
+    write_files(&staged, &files)?;
+    let _lock = fsutil::DirLock::take(dir)?;
+    let shard = pending.join(format!("rank{rank}"));
+    if shard.exists() {
+        std::fs::remove_dir_all(&shard).map_err(|e| io_err("replace", &shard, e))?;
+    }
+    std::fs::rename(&staged, &shard).map_err(|e| io_err("rename", &staged, e))?;
+    fsutil::fsync_dir(&pending)?;
+    let done = (0..world).all(|r| pending.join(format!("rank{r}")).is_dir());
+    if !done {
+        return Ok(());
+    }
+    let mut ranks = serde_json::Map::new();
+    for r in 0..world {
+        let integrity = std::fs::read(pending.join(format!("rank{r}")).join(INTEGRITY)).map_err(|e| io_err("read", &pending, e))?;
+        let v: Value = serde_json::from_slice(&integrity).map_err(|e| format_err(INTEGRITY, e))?;
+        ranks.insert(r.to_string(), v["files"].clone());
+    }
+    let manifest = json!({"format": FORMAT, "world": world, "ranks": ranks});
+    fsutil::write_synced(&pending.join(MANIFEST), manifest.to_string().as_bytes())?;
+    fsutil::commit(dir, &pending).map(drop)
+}
+
+pub fn load_ranked(dir: &str, rank: i64) -> Result<(Vec<i64>, i64, Vec<u8>)> {
+    let snap = fsutil::latest(Path::new(dir))?;
+    let mpath = snap.join(MANIFEST);
+    let raw = std::fs::read(&mpath).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing (not a ranked checkpoint?)", mpath.display()),
+        _ => io_err("read", &mpath, e),
+    })?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(MANIFEST, e))?;
+    let world = v.get("world").and_then(Value::as_i64).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
+    if !(0..world).contains(&rank) {
+        crate::bail!(E_INVALID_ARG, "rank {rank} is not in the saved world of {world}");
+    }
+    let ranks = v.get("ranks").and_then(Value::as_object).ok_or_else(|| format_err(MANIFEST, "no \"ranks\""))?;
+    if let Some(r) = (0..world).find(|r| !ranks.contains_key(&r.to_string())) {
+        crate::bail!(E_CKPT_MISSING, "{} does not list rank{r}", mpath.display());
+    }
+    let expected: BTreeMap<String, String> = serde_json::from_value(ranks[&rank.to_string()].clone()).map_err(|e| format_err(MANIFEST, e))?;
+    let shard = snap.join(format!("rank{rank}"));
+    if !shard.is_dir() {
+        crate::bail!(E_CKPT_MISSING, "rank{rank} is missing from {}", snap.display());
+    }
+    restore(&read_verified(&shard, Some(&expected))?)
+}
+

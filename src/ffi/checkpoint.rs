@@ -1,0 +1,154 @@
+//! Checkpoints: atomic, verified snapshots in a directory (see `crate::checkpoint`).
+
+use std::ffi::{c_char, c_int, CStr};
+
+use super::{guard, out_arg, status, str_arg, OutStr};
+use crate::error::Result;
+use crate::{checkpoint, json};
+
+/// The caller's meta bytes, verbatim (any bytes but NUL).
+unsafe fn meta_arg<'a>(p: *const c_char) -> Result<&'a str> {
+    if p.is_null() {
+        crate::bail!(E_NULL_POINTER, "meta_json is NULL");
+    }
+    let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+    std::str::from_utf8(bytes).map_err(|e| crate::err!(E_INVALID_ARG, "meta_json is not valid UTF-8 (invalid byte at offset {})", e.valid_up_to()))
+}
+
+/// The outputs of a load, checked before anything is read.
+struct LoadOut<'a> {
+    params: OutStr<'a>,
+    opt: &'a mut i64,
+    meta: OutStr<'a>,
+}
+
+impl<'a> LoadOut<'a> {
+    unsafe fn new(p: *mut *mut c_char, pl: *mut usize, o: *mut i64, m: *mut *mut c_char, ml: *mut usize) -> Result<Self> {
+        unsafe {
+            Ok(LoadOut {
+                params: OutStr::new(p, pl)?,
+                opt: out_arg(o, "out_opt")?,
+                meta: OutStr::new(m, ml)?,
+            })
+        }
+    }
+
+    fn write(self, (params, opt, meta): (Vec<i64>, i64, Vec<u8>)) -> Result<()> {
+        let meta = String::from_utf8(meta).map_err(|_| crate::err!(E_CKPT_FORMAT, "meta.json is not UTF-8"))?;
+        self.params.write(&json::write_int_list(&params))?;
+        self.meta.write(&meta)?;
+        *self.opt = opt;
+        Ok(())
+    }
+}
+
+/// Saves the tensors of the JSON handle list `params` (names `param_0…`,
+/// dtypes, shapes and devices kept), the AdamW state of `opt` (0 for none;
+/// its params must be among `params`) and `meta_json` verbatim as a new
+/// snapshot of `dir`, written to a staging directory, fsynced, then made
+/// `latest` by an atomic rename; older snapshots beyond `ENKAI_CKPT_KEEP`
+/// (default 2) are deleted afterwards. Returns 0, or 1 with `E_NULL_POINTER`,
+/// `E_INVALID_ARG`, `E_HANDLE_*`, `E_CKPT_IO`.
+///
+/// # Safety
+/// `dir`, `params` and `meta_json` are NULL or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_checkpoint_save(dir: *const c_char, params: *const c_char, opt: i64, meta_json: *const c_char) -> c_int {
+    status(|| unsafe { checkpoint::save(str_arg(dir, "dir")?, str_arg(params, "params")?, opt, 0, meta_arg(meta_json)?) })
+}
+
+/// `enkai_checkpoint_save` that also stores the GradScaler `scaler` (its scale,
+/// growth tracker and settings) as `scaler.json`; restore it with
+/// `enkai_checkpoint_load_scaler`.
+///
+/// # Safety
+/// As `enkai_checkpoint_save`.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_checkpoint_save_amp(
+    dir: *const c_char,
+    params: *const c_char,
+    opt: i64,
+    scaler: i64,
+    meta_json: *const c_char,
+) -> c_int {
+    status(|| unsafe { checkpoint::save(str_arg(dir, "dir")?, str_arg(params, "params")?, opt, scaler, meta_arg(meta_json)?) })
+}
+
+/// Loads the `latest` snapshot of `dir`. Every file's SHA-256 is checked
+/// against integrity.json before any handle is created. Writes a JSON array
+/// of new param handles (saved order) to `*out_params`, a new optimizer handle
+/// bound to them to `*out_opt` (0 if none was saved), and the saved meta bytes
+/// to `*out_meta`; all owned by the caller. On error nothing is created or
+/// written: 1 with `E_CKPT_MISSING`, `E_CKPT_HASH_MISMATCH`, `E_CKPT_FORMAT`,
+/// `E_CKPT_IO`, `E_NULL_POINTER`, `E_DEVICE`.
+///
+/// # Safety
+/// `dir` is NULL or a NUL-terminated string; every out-pointer NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_checkpoint_load(
+    dir: *const c_char,
+    out_params: *mut *mut c_char,
+    params_len: *mut usize,
+    out_opt: *mut i64,
+    out_meta: *mut *mut c_char,
+    meta_len: *mut usize,
+) -> c_int {
+    status(|| {
+        let out = unsafe { LoadOut::new(out_params, params_len, out_opt, out_meta, meta_len)? };
+        out.write(checkpoint::load(unsafe { str_arg(dir, "dir")? })?)
+    })
+}
+
+/// A new GradScaler handle (owned by the caller) with the state saved by
+/// `enkai_checkpoint_save_amp` in the latest snapshot of `dir`; 0 with
+/// `E_CKPT_MISSING` (no scaler saved) or the errors of `enkai_checkpoint_load`.
+///
+/// # Safety
+/// `dir` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_checkpoint_load_scaler(dir: *const c_char) -> i64 {
+    guard(|| checkpoint::load_scaler(unsafe { str_arg(dir, "dir")? }))
+}
+
+/// Rank `rank`'s part of a checkpoint of a `world`-rank run: its files go to
+/// `rank{rank}/` of a pending snapshot shared by the ranks saving with the
+/// same `world` and `meta_json`; the last rank to finish writes
+/// `manifest.json` (world size, every rank's file hashes) and switches
+/// `latest`. Safe to call from several processes at once. Returns 0, or 1 with
+/// the errors of `enkai_checkpoint_save` and `E_INVALID_ARG` (rank not in world).
+///
+/// # Safety
+/// As `enkai_checkpoint_save`.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_checkpoint_save_ranked(
+    dir: *const c_char,
+    rank: i64,
+    world: i64,
+    params: *const c_char,
+    opt: i64,
+    meta_json: *const c_char,
+) -> c_int {
+    status(|| unsafe { checkpoint::save_ranked(str_arg(dir, "dir")?, rank, world, str_arg(params, "params")?, opt, meta_arg(meta_json)?) })
+}
+
+/// Loads rank `rank`'s shard of the latest ranked snapshot of `dir`, verified
+/// against both `manifest.json` and its own integrity.json; outputs and errors
+/// as `enkai_checkpoint_load`, plus `E_CKPT_MISSING` naming a missing rank.
+///
+/// # Safety
+/// As `enkai_checkpoint_load`.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_checkpoint_load_ranked(
+    dir: *const c_char,
+    rank: i64,
+    out_params: *mut *mut c_char,
+    params_len: *mut usize,
+    out_opt: *mut i64,
+    out_meta: *mut *mut c_char,
+    meta_len: *mut usize,
+) -> c_int {
+    status(|| {
+        let out = unsafe { LoadOut::new(out_params, params_len, out_opt, out_meta, meta_len)? };
+        out.write(checkpoint::load_ranked(unsafe { str_arg(dir, "dir")? }, rank)?)
+    })
+}
