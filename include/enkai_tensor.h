@@ -361,6 +361,97 @@ int enkai_tensor_device_free(int64_t dev);
 int enkai_tensor_manual_seed(int64_t seed);
 
 /**
+ * Saves the tensors of the JSON handle list `params` (names `param_0…`,
+ * dtypes, shapes and devices kept), the AdamW state of `opt` (0 for none;
+ * its params must be among `params`) and `meta_json` verbatim as a new
+ * snapshot of `dir`, written to a staging directory, fsynced, then made
+ * `latest` by an atomic rename; older snapshots beyond `ENKAI_CKPT_KEEP`
+ * (default 2) are deleted afterwards. Returns 0, or 1 with `E_NULL_POINTER`,
+ * `E_INVALID_ARG`, `E_HANDLE_*`, `E_CKPT_IO`.
+ *
+ * # Safety
+ * `dir`, `params` and `meta_json` are NULL or NUL-terminated strings.
+ */
+int enkai_checkpoint_save(const char *dir, const char *params, int64_t opt, const char *meta_json);
+
+/**
+ * `enkai_checkpoint_save` that also stores the GradScaler `scaler` (its scale,
+ * growth tracker and settings) as `scaler.json`; restore it with
+ * `enkai_checkpoint_load_scaler`.
+ *
+ * # Safety
+ * As `enkai_checkpoint_save`.
+ */
+int enkai_checkpoint_save_amp(const char *dir,
+                              const char *params,
+                              int64_t opt,
+                              int64_t scaler,
+                              const char *meta_json);
+
+/**
+ * Loads the `latest` snapshot of `dir`. Every file's SHA-256 is checked
+ * against integrity.json before any handle is created. Writes a JSON array
+ * of new param handles (saved order) to `*out_params`, a new optimizer handle
+ * bound to them to `*out_opt` (0 if none was saved), and the saved meta bytes
+ * to `*out_meta`; all owned by the caller. On error nothing is created or
+ * written: 1 with `E_CKPT_MISSING`, `E_CKPT_HASH_MISMATCH`, `E_CKPT_FORMAT`,
+ * `E_CKPT_IO`, `E_NULL_POINTER`, `E_DEVICE`.
+ *
+ * # Safety
+ * `dir` is NULL or a NUL-terminated string; every out-pointer NULL or valid for one write.
+ */
+int enkai_checkpoint_load(const char *dir,
+                          char **out_params,
+                          size_t *params_len,
+                          int64_t *out_opt,
+                          char **out_meta,
+                          size_t *meta_len);
+
+/**
+ * A new GradScaler handle (owned by the caller) with the state saved by
+ * `enkai_checkpoint_save_amp` in the latest snapshot of `dir`; 0 with
+ * `E_CKPT_MISSING` (no scaler saved) or the errors of `enkai_checkpoint_load`.
+ *
+ * # Safety
+ * `dir` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_checkpoint_load_scaler(const char *dir);
+
+/**
+ * Rank `rank`'s part of a checkpoint of a `world`-rank run: its files go to
+ * `rank{rank}/` of a pending snapshot shared by the ranks saving with the
+ * same `world` and `meta_json`; the last rank to finish writes
+ * `manifest.json` (world size, every rank's file hashes) and switches
+ * `latest`. Safe to call from several processes at once. Returns 0, or 1 with
+ * the errors of `enkai_checkpoint_save` and `E_INVALID_ARG` (rank not in world).
+ *
+ * # Safety
+ * As `enkai_checkpoint_save`.
+ */
+int enkai_checkpoint_save_ranked(const char *dir,
+                                 int64_t rank,
+                                 int64_t world,
+                                 const char *params,
+                                 int64_t opt,
+                                 const char *meta_json);
+
+/**
+ * Loads rank `rank`'s shard of the latest ranked snapshot of `dir`, verified
+ * against both `manifest.json` and its own integrity.json; outputs and errors
+ * as `enkai_checkpoint_load`, plus `E_CKPT_MISSING` naming a missing rank.
+ *
+ * # Safety
+ * As `enkai_checkpoint_load`.
+ */
+int enkai_checkpoint_load_ranked(const char *dir,
+                                 int64_t rank,
+                                 char **out_params,
+                                 size_t *params_len,
+                                 int64_t *out_opt,
+                                 char **out_meta,
+                                 size_t *meta_len);
+
+/**
  * The ABI version as `major << 32 | minor << 16 | patch`. Never fails.
  */
 uint64_t enkai_abi_version(void);

@@ -99,6 +99,28 @@ pub fn commit(dir: &Path, staged: &Path) -> Result<PathBuf> {
     Ok(snap)
 }
 
+/// Removes what savers killed mid-write left behind: staging directories and
+/// temporary links whose process is gone. Called with the directory lock held.
+pub fn sweep_stale(dir: &Path) -> Result<()> {
+    for e in fs::read_dir(dir).map_err(|e| io_err("list", dir, e))?.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let pid = if let Some(rest) = name.strip_prefix(".staging-") {
+            rest.split('-').rev().nth(1)
+        } else {
+            name.strip_prefix(".latest-")
+        };
+        let Some(pid) = pid.and_then(|p| p.parse::<i32>().ok()) else { continue };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let alive = pid == std::process::id() as i32 || unsafe { libc::kill(pid, 0) } == 0;
+        if !alive {
+            let p = e.path();
+            let _ = if p.is_dir() && !p.is_symlink() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+        }
+    }
+    Ok(())
+}
+
 /// How many snapshots to keep: `ENKAI_CKPT_KEEP` (>= 1), default 2.
 fn keep() -> u64 {
     std::env::var("ENKAI_CKPT_KEEP").ok().and_then(|v| v.parse().ok()).filter(|k| *k >= 1).unwrap_or(2)

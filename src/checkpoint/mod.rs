@@ -113,6 +113,7 @@ pub fn save(dir: &str, params: &str, opt: i64, scaler: i64, meta: &str) -> Resul
     let staged = fsutil::staging(dir, "save")?;
     let written = write_files(&staged, &files).and_then(|_| {
         let _lock = fsutil::DirLock::take(dir)?;
+        fsutil::sweep_stale(dir)?;
         fsutil::commit(dir, &staged)
     });
     if written.is_err() {

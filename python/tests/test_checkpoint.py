@@ -1,0 +1,275 @@
+"""Checkpoints: exact resume, verification, hostile files, interop with the
+safetensors package, concurrent ranked saves, and SIGKILL at random moments."""
+
+import gc
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import enkai_tensor as et
+from helpers import same, to_et, to_torch
+
+CHILD = Path(__file__).with_name("ckpt_child.py")
+
+
+def live():
+    gc.collect()
+    return et.live()
+
+
+def tree(d):
+    """Every file under d with its bytes' hash: to prove a failed load changed nothing."""
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(d).rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+def test_round_trip_keeps_dtypes_shapes_values_meta_and_optimizer(tmp_path):
+    ts = [torch.randn(3, 4), torch.randn(5, dtype=torch.float64), torch.randn(2, 2).to(torch.bfloat16),
+          torch.arange(6, dtype=torch.int64).reshape(2, 3), torch.tensor([True, False]), torch.zeros(0, 3)]
+    es = [to_et(t) for t in ts]
+    es[0].require_grad()
+    opt = et.AdamW([es[0]], lr=0.1)
+    (es[0] * es[0]).sum().backward()
+    opt.step()
+    meta = '{"step": 12,  "note": "ünïcode \\u2603", "lr": 1e-3}\n'
+    et.checkpoint_save(tmp_path, es, opt, meta)
+    before = live()
+    ps, o, m = et.checkpoint_load(tmp_path)
+    assert m == meta.encode()  # verbatim bytes
+    assert live()["tensors"] == before["tensors"] + len(ts) and o is not None
+    for p, e in zip(ps, es):
+        same(p, to_torch(e))
+    assert ps[0].grad is None and ps[0].handle != es[0].handle
+    # the restored optimizer continues exactly like the original
+    et.zero_grad_multi([es[0]])
+    for x in (es[0], ps[0]):
+        (x * x).sum().backward()
+    opt.step()
+    o.step()
+    same(ps[0], to_torch(es[0]))
+
+
+def resume_run(tmp_path, split):
+    """A TinyLM trained 6 steps with AMP; when `split` is set, saved after
+    `split` steps, loaded into fresh handles and continued."""
+    et.manual_seed(0)
+    params = et.tinylm_init(11, 6, 8, 1, 2, seed=3)
+    opt = et.AdamW(params, lr=0.01)
+    scaler = et.GradScaler(1024.0, 2.0, 0.5, 2)
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 11, (12,), generator=g).tolist(), torch.randint(0, 11, (12,), generator=g).tolist())
+               for _ in range(6)]
+    for step, (x, y) in enumerate(batches):
+        if step == split:
+            et.checkpoint_save(tmp_path, params, opt, '{"step": %d}' % step, scaler=scaler)
+            params, opt, meta = et.checkpoint_load(tmp_path)
+            scaler = et.checkpoint_load_scaler(tmp_path)
+            assert json.loads(meta)["step"] == step
+        et.zero_grad_multi(params)
+        with et.autocast():
+            loss = et.forward_tinylm(params, x, y, 2, 6, 2)
+        scaler.step(loss, params, opt)
+    return [to_torch(p) for p in params], scaler.get_scale()
+
+
+def test_resume_is_bit_exact(tmp_path):
+    straight, s1 = resume_run(tmp_path / "a", None)
+    resumed, s2 = resume_run(tmp_path / "b", 3)
+    assert s1 == s2
+    for a, b in zip(straight, resumed):
+        assert torch.equal(a, b)
+
+
+def saved(tmp_path):
+    ps = [et.randn([4, 4]).require_grad(), et.ones([3], "int64")]
+    opt = et.AdamW([ps[0]])
+    (ps[0] * ps[0]).sum().backward()
+    opt.step()
+    et.checkpoint_save(tmp_path, ps, opt, '{"ok": true}', scaler=et.GradScaler())
+    return tmp_path / os.readlink(tmp_path / "latest")
+
+
+def flip(p):
+    b = bytearray(p.read_bytes())
+    b[len(b) // 2] ^= 0x01
+    p.write_bytes(bytes(b))
+
+
+def truncate(p):
+    p.write_bytes(p.read_bytes()[:-1])
+
+
+@pytest.mark.parametrize("name", ["params.safetensors", "optimizer.safetensors", "scaler.json", "meta.json",
+                                  "integrity.json"])
+@pytest.mark.parametrize("damage,codes", [(flip, {"E_CKPT_HASH_MISMATCH", "E_CKPT_FORMAT"}),
+                                          (truncate, {"E_CKPT_HASH_MISMATCH", "E_CKPT_FORMAT"}),
+                                          (os.remove, {"E_CKPT_MISSING"})])
+def test_damaged_files_fail_cleanly_and_create_nothing(tmp_path, name, damage, codes):
+    snap = saved(tmp_path)
+    damage(snap / name)
+    files = tree(tmp_path)
+    before = live()
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load(tmp_path)
+    code = ex.value.code
+    del ex
+    assert code in codes
+    assert live() == before
+    assert tree(tmp_path) == files
+
+
+def test_edited_integrity_is_refused(tmp_path):
+    snap = saved(tmp_path)
+    integ = json.loads((snap / "integrity.json").read_text())
+    integ["files"]["meta.json"] = "0" * 64
+    (snap / "integrity.json").write_text(json.dumps(integ))
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load(tmp_path)
+    assert ex.value.code == "E_CKPT_HASH_MISMATCH"
+    del integ["files"]["meta.json"]
+    (snap / "integrity.json").write_text(json.dumps(integ))
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load(tmp_path)
+    assert ex.value.code == "E_CKPT_FORMAT"
+
+
+def rehash(snap):
+    """Rewrites integrity.json to match the files, so the parser itself is exercised."""
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in snap.iterdir() if p.name != "integrity.json"}
+    (snap / "integrity.json").write_text(json.dumps({"format": 1, "files": files}))
+
+
+def forge_params(snap, header, data=b""):
+    h = json.dumps(header).encode()
+    (snap / "params.safetensors").write_bytes(len(h).to_bytes(8, "little") + h + data)
+    rehash(snap)
+
+
+@pytest.mark.parametrize("forge,text", [
+    (lambda s: (s / "params.safetensors").write_bytes((1 << 62).to_bytes(8, "little") + b"{}"), "header length"),
+    (lambda s: forge_params(s, {"param_0": {"dtype": "F32", "shape": [1 << 20], "data_offsets": [0, 1 << 22]}}),
+     "spans bytes"),
+    (lambda s: forge_params(s, {"param_0": {"dtype": "Q4_K", "shape": [1], "data_offsets": [0, 1]}}, b"\0"),
+     "unsupported dtype"),
+    (lambda s: forge_params(s, {"param_0": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 4),
+     "do not hold shape"),
+])
+def test_hostile_safetensors_are_refused_with_bounded_memory(tmp_path, forge, text):
+    snap = saved(tmp_path)
+    forge(snap)
+    rehash(snap)
+    before = live()
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load(tmp_path)
+    code, msg = ex.value.code, str(ex.value)
+    del ex
+    assert code == "E_CKPT_FORMAT" and text in msg
+    assert live() == before
+
+
+def test_paths_in_manifests_and_links_cannot_escape(tmp_path):
+    snap = saved(tmp_path)
+    integ = json.loads((snap / "integrity.json").read_text())
+    integ["files"]["../../etc/passwd"] = "0" * 64
+    (snap / "integrity.json").write_text(json.dumps(integ))
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load(tmp_path)
+    assert ex.value.code == "E_CKPT_FORMAT" and "plain file name" in str(ex.value)
+    os.remove(tmp_path / "latest")
+    os.symlink("../elsewhere", tmp_path / "latest")
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load(tmp_path)
+    assert ex.value.code == "E_CKPT_FORMAT"
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load(tmp_path / "nothing")
+    assert ex.value.code == "E_CKPT_MISSING"
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load_scaler(tmp_path / "nothing")
+    assert ex.value.code == "E_CKPT_MISSING"
+
+
+def test_keeps_the_last_n_snapshots(tmp_path, monkeypatch):
+    p = [et.ones([2])]
+    for k in range(5):
+        et.checkpoint_save(tmp_path, p, None, str(k))
+    snaps = sorted(x.name for x in tmp_path.iterdir() if x.name.startswith("snap-"))
+    assert snaps == ["snap-000004", "snap-000005"]
+    assert et.checkpoint_load(tmp_path)[2] == b"4"
+
+
+def test_params_open_with_the_safetensors_package_and_back(tmp_path):
+    ts = {"param_0": torch.randn(3, 5), "param_1": torch.randn(4).to(torch.bfloat16), "param_2": torch.arange(3)}
+    et.checkpoint_save(tmp_path, [to_et(ts[f"param_{i}"]) for i in range(3)])
+    got = load_file(tmp_path / "latest" / "params.safetensors")
+    assert set(got) == set(ts)
+    for k in ts:
+        assert torch.equal(got[k], ts[k])
+    # a checkpoint written from PyTorch in our layout loads through the C ABI
+    d = tmp_path / "from_torch"
+    snap = d / "snap-000001"
+    snap.mkdir(parents=True)
+    save_file(ts, snap / "params.safetensors",
+              metadata={"requires_grad": "[true, false, false]", "devices": '["cpu", "cpu", "cpu"]'})
+    (snap / "meta.json").write_text('{"from": "torch"}')
+    rehash(snap)
+    os.symlink("snap-000001", d / "latest")
+    ps, opt, meta = et.checkpoint_load(d)
+    assert opt is None and meta == b'{"from": "torch"}'
+    for i, p in enumerate(ps):
+        same(p, ts[f"param_{i}"])
+
+
+def test_four_ranks_save_concurrently_and_each_loads_its_shard(tmp_path):
+    procs = [subprocess.Popen([sys.executable, str(CHILD), "rank", str(tmp_path), str(r), "4"]) for r in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    snap = tmp_path / os.readlink(tmp_path / "latest")
+    manifest = json.loads((snap / "manifest.json").read_text())
+    assert manifest["world"] == 4 and sorted(manifest["ranks"]) == ["0", "1", "2", "3"]
+    for r in range(4):
+        ps, opt, meta = et.checkpoint_load_ranked(tmp_path, r)
+        assert meta == b'{"step": 7}' and opt is not None
+        assert to_torch(ps[1]).tolist() == [r] * 5
+    import shutil
+    shutil.rmtree(snap / "rank2")
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load_ranked(tmp_path, 2)
+    assert ex.value.code == "E_CKPT_MISSING" and "rank2" in str(ex.value)
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load_ranked(tmp_path, 4)
+    assert ex.value.code == "E_INVALID_ARG"
+
+
+def test_sigkill_at_random_moments_never_loses_the_checkpoint(tmp_path):
+    rng = random.Random(1234)
+    kills = 0
+    while kills < 50:
+        child = subprocess.Popen([sys.executable, str(CHILD), "loop", str(tmp_path)], stdout=subprocess.PIPE)
+        first = child.stdout.readline()  # at least one save finished in this run
+        assert first
+        time.sleep(rng.uniform(0.0, 0.08))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        kills += 1
+        ps, opt, meta = et.checkpoint_load(tmp_path)
+        k = json.loads(meta)["k"]
+        for p in ps:
+            values = set(to_torch(p).flatten().tolist())
+            assert values == {k}, (k, values)
+        del ps
+    # what the killed savers left half-written is swept by the next save
+    et.checkpoint_save(tmp_path, [et.ones([1])], None, "{}")
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith((".staging", ".latest-"))]
+    assert leftovers == []
