@@ -68,6 +68,7 @@ bench: build build/bench/ops_c build/bench/tinylm_c
 	cargo bench --bench ops_tch --no-run
 	python benches/ops_compare.py build/bench/ops_c "$$(ls -t target/release/deps/ops_tch-* | grep -v '\.d$$' | head -1)"
 	python benches/tinylm_compare.py build/bench/tinylm_c
+	python benches/checkpoint_compare.py
 
 build/bench/%: benches/%.c include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)

@@ -25,6 +25,31 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     f.sync_all().map_err(|e| io_err("fsync", path, e))
 }
 
+/// A new file whose SHA-256 is taken from the bytes as they are written.
+pub struct HashingFile<'a> {
+    file: File,
+    path: &'a Path,
+    hash: Sha256,
+}
+
+impl<'a> HashingFile<'a> {
+    pub fn create(path: &'a Path) -> Result<Self> {
+        let file = File::create(path).map_err(|e| io_err("create", path, e))?;
+        Ok(HashingFile { file, path, hash: Sha256::new() })
+    }
+
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.hash.update(bytes);
+        self.file.write_all(bytes).map_err(|e| io_err("write", self.path, e))
+    }
+
+    /// Fsyncs the file and returns its hash in hex.
+    pub fn finish(self) -> Result<String> {
+        self.file.sync_all().map_err(|e| io_err("fsync", self.path, e))?;
+        Ok(self.hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    }
+}
+
 pub fn fsync_dir(path: &Path) -> Result<()> {
     File::open(path).and_then(|d| d.sync_all()).map_err(|e| io_err("fsync directory", path, e))
 }

@@ -36,25 +36,35 @@ fn format_err(what: &str, why: impl std::fmt::Display) -> crate::Error {
     crate::err!(E_CKPT_FORMAT, "{what}: {why}")
 }
 
-/// The files of one snapshot (or one rank's shard), by name.
+/// The verified files of one snapshot (or one rank's shard), by name.
 type Files = BTreeMap<String, Vec<u8>>;
 
-fn entry(name: String, t: &imp::Raw) -> Result<Entry> {
-    let dtype = imp::dtype(t)?;
-    let shape = imp::shape(t);
-    let mut data = vec![0u8; tensor::numel_of(&shape)? * dtype.size()];
-    imp::copy_to(t, &mut data)?;
-    Ok(Entry { name, dtype, shape, data })
+/// A file to write: plain bytes, or a safetensors header followed by the
+/// tensors' bytes streamed straight from their storage (no staging copy).
+enum Content {
+    Bytes(Vec<u8>),
+    Tensors(Vec<u8>, Vec<imp::Raw>),
 }
 
-/// Everything a save writes, gathered from the handles before touching the disk.
-fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<Files> {
+type Plan = BTreeMap<String, Content>;
+
+fn tensors_file(named: Vec<(String, imp::Raw)>, metadata: &BTreeMap<String, String>) -> Result<Content> {
+    let mut specs = Vec::with_capacity(named.len());
+    for (name, t) in &named {
+        let (dtype, shape) = (imp::dtype(t)?, imp::shape(t));
+        let nbytes = tensor::numel_of(&shape)? * dtype.size();
+        specs.push(safetensors::Spec { name: name.clone(), dtype, shape, nbytes });
+    }
+    Ok(Content::Tensors(safetensors::header(&specs, metadata), named.into_iter().map(|(_, t)| t).collect()))
+}
+
+/// Everything a save writes, taken from the handles before touching the disk.
+fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<Plan> {
     let hs = ijson::handle_list(params)?;
     let ps = TENSORS.get_many(&hs)?;
-    let mut entries = Vec::with_capacity(ps.len());
-    let (mut grads, mut devices) = (Vec::new(), Vec::new());
+    let (mut named, mut grads, mut devices) = (Vec::with_capacity(ps.len()), Vec::new(), Vec::new());
     for (i, p) in ps.iter().enumerate() {
-        entries.push(entry(format!("param_{i}"), &p.raw)?);
+        named.push((format!("param_{i}"), imp::shallow(&p.raw)));
         grads.push(imp::requires_grad(&p.raw));
         devices.push(imp::device(&p.raw).to_string());
     }
@@ -62,15 +72,15 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<Files> {
     m.insert("format".into(), "enkai-params-1".into());
     m.insert("requires_grad".into(), json!(grads).to_string());
     m.insert("devices".into(), json!(devices).to_string());
-    let mut files = Files::new();
-    files.insert(PARAMS.into(), safetensors::encode(&entries, &m));
+    let mut plan = Plan::new();
+    plan.insert(PARAMS.into(), tensors_file(named, &m)?);
     if opt != 0 {
         let ex = optim::export(opt, &hs)?;
-        let mut entries = Vec::new();
+        let mut named = Vec::new();
         let mut steps = serde_json::Map::new();
-        for (i, step, m1, m2) in &ex.states {
-            entries.push(entry(format!("exp_avg.{i}"), m1)?);
-            entries.push(entry(format!("exp_avg_sq.{i}"), m2)?);
+        for (i, step, m1, m2) in ex.states {
+            named.push((format!("exp_avg.{i}"), m1));
+            named.push((format!("exp_avg_sq.{i}"), m2));
             steps.insert(i.to_string(), json!(step));
         }
         let groups: Vec<Value> = ex
@@ -82,24 +92,35 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<Files> {
         m.insert("format".into(), "enkai-adamw-1".into());
         m.insert("groups".into(), Value::Array(groups).to_string());
         m.insert("steps".into(), Value::Object(steps).to_string());
-        files.insert(OPTIMIZER.into(), safetensors::encode(&entries, &m));
+        plan.insert(OPTIMIZER.into(), tensors_file(named, &m)?);
     }
     if scaler != 0 {
         let s = amp::scaler_export(scaler)?;
         let v = json!({"scale": s.scale, "growth_tracker": s.growth_tracker, "init_scale": s.init_scale,
                        "growth_factor": s.growth, "backoff_factor": s.backoff, "growth_interval": s.interval});
-        files.insert(SCALER.into(), v.to_string().into_bytes());
+        plan.insert(SCALER.into(), Content::Bytes(v.to_string().into_bytes()));
     }
-    files.insert(META.into(), meta.to_vec());
-    Ok(files)
+    plan.insert(META.into(), Content::Bytes(meta.to_vec()));
+    Ok(plan)
 }
 
-/// Writes `files` and their integrity.json into `dir`, each synced; returns the hashes.
-fn write_files(dir: &Path, files: &Files) -> Result<BTreeMap<String, String>> {
+/// Writes the planned files and their integrity.json into `dir`, each synced;
+/// hashes are computed on the bytes as they are written.
+fn write_files(dir: &Path, plan: &Plan) -> Result<BTreeMap<String, String>> {
     let mut hashes = BTreeMap::new();
-    for (name, bytes) in files {
-        fsutil::write_synced(&dir.join(name), bytes)?;
-        hashes.insert(name.clone(), sha256_hex(bytes));
+    for (name, content) in plan {
+        let path = dir.join(name);
+        let mut w = fsutil::HashingFile::create(&path)?;
+        match content {
+            Content::Bytes(b) => w.write(b)?,
+            Content::Tensors(header, tensors) => {
+                w.write(header)?;
+                for t in tensors {
+                    imp::with_bytes(t, |b| w.write(b))?;
+                }
+            }
+        }
+        hashes.insert(name.clone(), w.finish()?);
     }
     let integrity = json!({"format": FORMAT, "files": hashes});
     fsutil::write_synced(&dir.join(INTEGRITY), integrity.to_string().as_bytes())?;
@@ -108,10 +129,10 @@ fn write_files(dir: &Path, files: &Files) -> Result<BTreeMap<String, String>> {
 }
 
 pub fn save(dir: &str, params: &str, opt: i64, scaler: i64, meta: &str) -> Result<()> {
-    let files = gather(params, opt, scaler, meta.as_bytes())?;
+    let plan = gather(params, opt, scaler, meta.as_bytes())?;
     let dir = Path::new(dir);
     let staged = fsutil::staging(dir, "save")?;
-    let written = write_files(&staged, &files).and_then(|_| {
+    let written = write_files(&staged, &plan).and_then(|_| {
         let _lock = fsutil::DirLock::take(dir)?;
         fsutil::sweep_stale(dir)?;
         fsutil::commit(dir, &staged)
@@ -203,14 +224,14 @@ fn restore(files: &Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
     if grads.len() != n || devices.len() != n {
         return Err(format_err(PARAMS, "metadata does not describe every tensor"));
     }
-    let mut by_name: BTreeMap<String, Entry> = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
+    let mut by_name: BTreeMap<String, Entry<'_>> = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
     let b = backend::active_built()?;
     let mut made = Made(Vec::with_capacity(n));
     let mut opt_state_entries = Vec::new();
     for i in 0..n {
         let e = by_name.remove(&format!("param_{i}")).ok_or_else(|| format_err(PARAMS, format!("param_{i} is missing")))?;
         let dev = device_of(&devices[i])?;
-        let raw = imp::from_bytes(&e.data, &e.shape, e.dtype, dev)?;
+        let raw = imp::from_bytes(e.data, &e.shape, e.dtype, dev)?;
         if grads[i] {
             imp::set_requires_grad(&raw)?;
         }
@@ -222,7 +243,7 @@ fn restore(files: &Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
             let (entries, meta) = safetensors::decode(bytes, OPTIMIZER)?;
             let groups: Vec<Value> = json_meta(&meta, "groups", OPTIMIZER)?;
             let steps: BTreeMap<String, u64> = json_meta(&meta, "steps", OPTIMIZER)?;
-            let mut moments: BTreeMap<String, Entry> = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
+            let mut moments: BTreeMap<String, Entry<'_>> = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
             let mut gs = Vec::new();
             for g in &groups {
                 let f = |k: &str| g.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(OPTIMIZER, format!("group has no {k:?}")));
@@ -243,7 +264,7 @@ fn restore(files: &Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
                 let dev = device_of(&devices[idx])?;
                 let mut take = |name: String| -> Result<imp::Raw> {
                     let e = moments.remove(&name).ok_or_else(|| format_err(OPTIMIZER, format!("{name} is missing")))?;
-                    imp::from_bytes(&e.data, &e.shape, e.dtype, dev)
+                    imp::from_bytes(e.data, &e.shape, e.dtype, dev)
                 };
                 opt_state_entries.push((h, step, take(format!("exp_avg.{idx}"))?, take(format!("exp_avg_sq.{idx}"))?));
             }
@@ -283,14 +304,14 @@ pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, met
     if world < 1 || !(0..world).contains(&rank) {
         crate::bail!(E_INVALID_ARG, "rank {rank} is not in a world of {world}");
     }
-    let files = gather(params, opt, 0, meta.as_bytes())?;
+    let plan = gather(params, opt, 0, meta.as_bytes())?;
     let dir = Path::new(dir);
     std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
     let key = &sha256_hex(format!("{world}\n{meta}").as_bytes())[..16];
     let pending = dir.join(format!(".pending-{key}"));
     std::fs::create_dir_all(&pending).map_err(|e| io_err("create", &pending, e))?;
     let staged = fsutil::staging(&pending, &format!("rank{rank}"))?;
-    write_files(&staged, &files)?;
+    write_files(&staged, &plan)?;
     let _lock = fsutil::DirLock::take(dir)?;
     let shard = pending.join(format!("rank{rank}"));
     if shard.exists() {

@@ -11,11 +11,20 @@ use crate::error::Result;
 /// Headers larger than this are refused before anything is allocated for them.
 const MAX_HEADER: u64 = 64 << 20;
 
-pub struct Entry {
+/// A tensor as stored: its bytes borrowed from the file being read.
+pub struct Entry<'a> {
     pub name: String,
     pub dtype: DType,
     pub shape: Vec<i64>,
-    pub data: Vec<u8>,
+    pub data: &'a [u8],
+}
+
+/// What the header says of a tensor about to be written.
+pub struct Spec {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<i64>,
+    pub nbytes: usize,
 }
 
 fn st_name(d: DType) -> &'static str {
@@ -45,15 +54,16 @@ fn st_dtype(name: &str) -> Option<DType> {
     })
 }
 
-/// Serialises `entries` (in order) with `metadata`.
-pub fn encode(entries: &[Entry], metadata: &BTreeMap<String, String>) -> Vec<u8> {
+/// The length prefix and JSON header for `specs` (in order) with `metadata`;
+/// the tensors' bytes follow it back to back, so a writer can stream them.
+pub fn header(specs: &[Spec], metadata: &BTreeMap<String, String>) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     if !metadata.is_empty() {
         header.insert("__metadata__".into(), serde_json::to_value(metadata).expect("strings serialise"));
     }
     let mut offset = 0usize;
-    for e in entries {
-        let end = offset + e.data.len();
+    for e in specs {
+        let end = offset + e.nbytes;
         header.insert(
             e.name.clone(),
             serde_json::json!({ "dtype": st_name(e.dtype), "shape": e.shape, "data_offsets": [offset, end] }),
@@ -65,17 +75,14 @@ pub fn encode(entries: &[Entry], metadata: &BTreeMap<String, String>) -> Vec<u8>
     while (8 + text.len()) % 8 != 0 {
         text.push(b' ');
     }
-    let mut out = Vec::with_capacity(8 + text.len() + offset);
+    let mut out = Vec::with_capacity(8 + text.len());
     out.extend_from_slice(&(text.len() as u64).to_le_bytes());
     out.extend_from_slice(&text);
-    for e in entries {
-        out.extend_from_slice(&e.data);
-    }
     out
 }
 
 /// Parses a whole file; `what` names it in errors (`E_CKPT_FORMAT`).
-pub fn decode(bytes: &[u8], what: &str) -> Result<(Vec<Entry>, BTreeMap<String, String>)> {
+pub fn decode<'a>(bytes: &'a [u8], what: &str) -> Result<(Vec<Entry<'a>>, BTreeMap<String, String>)> {
     let bad = |why: String| crate::err!(E_CKPT_FORMAT, "{what}: {why}");
     if bytes.len() < 8 {
         return Err(bad(format!("{} bytes is too short for a safetensors file", bytes.len())));
@@ -124,7 +131,7 @@ pub fn decode(bytes: &[u8], what: &str) -> Result<(Vec<Entry>, BTreeMap<String, 
             return Err(bad(format!("tensor {name:?}: {} bytes do not hold shape {shape:?} of {dname}", end - begin)));
         }
         spans.push((begin, end, name.clone()));
-        entries.push(Entry { name, dtype, shape, data: data[begin as usize..end as usize].to_vec() });
+        entries.push(Entry { name, dtype, shape, data: &data[begin as usize..end as usize] });
     }
     spans.sort();
     for w in spans.windows(2) {
@@ -141,12 +148,13 @@ mod tests {
 
     #[test]
     fn round_trip_and_hostile_headers() {
-        let e = Entry { name: "param_0".into(), dtype: DType::F32, shape: vec![2], data: vec![0, 0, 128, 63, 0, 0, 0, 64] };
+        let e = Spec { name: "param_0".into(), dtype: DType::F32, shape: vec![2], nbytes: 8 };
         let mut meta = BTreeMap::new();
         meta.insert("k".to_string(), "v".to_string());
-        let bytes = encode(&[e], &meta);
+        let mut bytes = header(&[e], &meta);
+        bytes.extend_from_slice(&[0, 0, 128, 63, 0, 0, 0, 64]);
         let (back, m) = decode(&bytes, "t").unwrap();
-        assert_eq!(back[0].data, vec![0, 0, 128, 63, 0, 0, 0, 64]);
+        assert_eq!(back[0].data, &[0, 0, 128, 63, 0, 0, 0, 64]);
         assert_eq!(m["k"], "v");
         let mut huge = bytes.clone();
         huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());

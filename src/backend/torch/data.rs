@@ -30,3 +30,18 @@ pub fn copy_to(t: &Raw, dst: &mut [u8]) -> Result<()> {
     }
     t.0.f_copy_data_u8(dst, numel).map_err(torch_err)
 }
+
+/// Runs `f` on the tensor's elements as bytes: borrowed straight from the
+/// storage when the tensor is a contiguous CPU one, else from a contiguous
+/// CPU copy that lives for the call.
+pub fn with_bytes<R>(t: &Raw, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
+    let c = t.0.f_to_device(tch::Device::Cpu).and_then(|c| c.f_contiguous()).map_err(torch_err)?;
+    let n = c.numel() * c.f_kind().map_err(torch_err)?.elt_size_in_bytes();
+    if n == 0 {
+        return f(&[]);
+    }
+    // SAFETY: `c` is a contiguous CPU tensor of `n` bytes, kept alive (and not
+    // resized: it is not exposed to anyone else) until `f` returns.
+    let bytes = unsafe { std::slice::from_raw_parts(c.data_ptr() as *const u8, n) };
+    f(bytes)
+}
