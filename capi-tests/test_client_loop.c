@@ -40,6 +40,13 @@ static int (*tinylm_init)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, 
 static int64_t (*forward_tinylm)(const char *, const uint32_t *, size_t, const uint32_t *, size_t, int64_t, int64_t, int64_t);
 static int (*lm_init)(const char *, int64_t, int64_t, char **, size_t *);
 static int64_t (*forward_lm)(const char *, const char *, const uint32_t *, size_t, const uint32_t *, size_t, int64_t, int64_t, int);
+static int (*ckpt_save)(const char *, const char *, int64_t, const char *);
+static int (*ckpt_load)(const char *, char **, size_t *, int64_t *, char **, size_t *);
+static int (*ckpt_save_ranked)(const char *, int64_t, int64_t, const char *, int64_t, const char *);
+static int (*ckpt_load_ranked)(const char *, int64_t, char **, size_t *, int64_t *, char **, size_t *);
+static int (*dist_init)(int32_t, int32_t);
+static int (*dist_allreduce_sum_multi)(const char *);
+static int (*dist_shutdown)(void);
 /* Used by the runtime's loop as well (not marked [client] in ABI.md). */
 static int (*autocast_enter)(void);
 static int (*autocast_exit)(void);
@@ -95,6 +102,13 @@ int main(int argc, char **argv) {
     RESOLVE(forward_tinylm, "enkai_tensor_forward_tinylm");
     RESOLVE(lm_init, "enkai_tensor_lm_init");
     RESOLVE(forward_lm, "enkai_tensor_forward_lm");
+    RESOLVE(ckpt_save, "enkai_checkpoint_save");
+    RESOLVE(ckpt_load, "enkai_checkpoint_load");
+    RESOLVE(ckpt_save_ranked, "enkai_checkpoint_save_ranked");
+    RESOLVE(ckpt_load_ranked, "enkai_checkpoint_load_ranked");
+    RESOLVE(dist_init, "enkai_dist_init");
+    RESOLVE(dist_allreduce_sum_multi, "enkai_dist_allreduce_sum_multi");
+    RESOLVE(dist_shutdown, "enkai_dist_shutdown");
     RESOLVE(autocast_enter, "enkai_autocast_enter");
     RESOLVE(autocast_exit, "enkai_autocast_exit");
     RESOLVE(scale_loss, "enkai_amp_scale_loss");
@@ -118,6 +132,7 @@ int main(int argc, char **argv) {
     CHECK(tinylm_init(V, S, D, L, H, dev, 1234, &params, &params_len) == 0);
     int64_t scaler = scaler_create(65536.0, 2.0, 0.5, 2000);
     CHECK(scaler > 0);
+    CHECK(dist_init(1, 0) == 0); /* a one-rank world, as the runtime runs single-process */
 
     size_t corpus_len = strlen(CORPUS);
     uint32_t in[B * S], tgt[B * S];
@@ -150,6 +165,7 @@ int main(int argc, char **argv) {
         CHECK(unscale_grads(grads, scaler, &found_inf) == 0 && (found_inf == 0 || found_inf == 1));
         CHECK(scaler_update(scaler, found_inf) == 0);
         double total = -1;
+        CHECK(dist_allreduce_sum_multi(grads) == 0);
         CHECK(clip_grad_norm_multi(grads, 1.0, 2.0, &total) == 0 && total >= 0);
         if (check_finite_multi(grads) == 0) {
             int64_t st = adamw_step_multi(params, grads, state, 3e-3, 0.9, 0.95, 1e-8, 0.01);
@@ -175,7 +191,33 @@ int main(int argc, char **argv) {
     printf("client loop: loss %.4f -> %.4f over %d steps (%d skipped)\n", first, last, STEPS, skipped);
     CHECK(last < first - 0.5);
 
+    /* checkpoint and resume: the loaded params give the same loss */
+    char dir[] = "/tmp/enkai-client-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const char *meta = "{\"step\": 50}";
+    CHECK(ckpt_save(dir, params, state, meta) == 0);
+    char *loaded = NULL, *meta_out = NULL;
+    size_t loaded_len = 0, meta_len = 0;
+    int64_t loaded_opt = 0;
+    CHECK(ckpt_load(dir, &loaded, &loaded_len, &loaded_opt, &meta_out, &meta_len) == 0);
+    CHECK(loaded_opt > 0 && meta_len == strlen(meta) && memcmp(meta_out, meta, meta_len) == 0);
+    int64_t l1 = forward_tinylm(params, in, B * S, tgt, B * S, B, S, H);
+    int64_t l2 = forward_tinylm(loaded, in, B * S, tgt, B * S, B, S, H);
+    CHECK(l1 > 0 && l2 > 0 && item(l1) == item(l2));
+    CHECK(tensor_free(l1) == 0 && tensor_free(l2) == 0);
+    CHECK(opt_free(loaded_opt) == 0);
+    for (const char *q = loaded; *q;) {
+        if (*q >= '0' && *q <= '9') CHECK(tensor_free(strtoll(q, (char **)&q, 10)) == 0);
+        else q++;
+    }
+    string_free(loaded);
+    string_free(meta_out);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+
     /* teardown */
+    CHECK(dist_shutdown() == 0);
     CHECK(opt_free(state) == 0);
     CHECK(scaler_free(scaler) == 0);
     const char *p = params;

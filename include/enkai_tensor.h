@@ -452,6 +452,43 @@ int enkai_checkpoint_load_ranked(const char *dir,
                                  size_t *meta_len);
 
 /**
+ * Validates and records a world (`world` ranks, this one `rank`, on device
+ * handle `device`) and seeds the RNG with `seed`. Returns 0, or 1 with
+ * `E_INVALID_ARG`, `E_DIST_ENV_GATE`, `E_DIST`, `E_HANDLE_*`.
+ */
+int enkai_dist_config(int64_t world, int64_t rank, int64_t device, int64_t seed);
+
+/**
+ * Starts the process group. Returns 0, or 1 with `E_INVALID_ARG`,
+ * `E_DIST_ENV_GATE` (world > 1 without `ENKAI_ENABLE_DIST=1`), `E_DIST`
+ * (already initialised, or a multi-rank world, which this build cannot start).
+ */
+int enkai_dist_init(int32_t world, int32_t rank);
+
+/**
+ * Sums the listed tensors over all ranks, in place. Returns 0, or 1 with
+ * `E_DIST` (not initialised), `E_INVALID_ARG`, `E_NULL_POINTER`, `E_HANDLE_*`.
+ *
+ * # Safety
+ * `handles` is NULL or a NUL-terminated string.
+ */
+int enkai_dist_allreduce_sum(const char *handles);
+
+/**
+ * Averages the listed tensors (0 entries skipped) over all ranks, in place —
+ * what data-parallel training does to gradients. Errors as `enkai_dist_allreduce_sum`.
+ *
+ * # Safety
+ * `handles` is NULL or a NUL-terminated string.
+ */
+int enkai_dist_allreduce_sum_multi(const char *handles);
+
+/**
+ * Ends the process group (a no-op when none is running). Returns 0.
+ */
+int enkai_dist_shutdown(void);
+
+/**
  * The ABI version as `major << 32 | minor << 16 | patch`. Never fails.
  */
 uint64_t enkai_abi_version(void);

@@ -12,6 +12,7 @@ pub mod autograd;
 pub mod backend;
 pub mod checkpoint;
 pub mod device;
+pub mod dist;
 pub mod dtype;
 pub mod error;
 pub mod ffi;

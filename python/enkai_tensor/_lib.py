@@ -117,6 +117,11 @@ SIGNATURES = {
     "enkai_checkpoint_save_ranked": (c_int, [c_str, c_i64, c_i64, c_str, c_i64, c_str]),
     "enkai_checkpoint_load_ranked": (c_int, [c_str, c_i64, c_char_pp, c_size_p, ctypes.POINTER(c_i64), c_char_pp,
                                              c_size_p]),
+    "enkai_dist_config": (c_int, [c_i64, c_i64, c_i64, c_i64]),
+    "enkai_dist_init": (c_int, [ctypes.c_int32, ctypes.c_int32]),
+    "enkai_dist_allreduce_sum": (c_int, [c_str]),
+    "enkai_dist_allreduce_sum_multi": (c_int, [c_str]),
+    "enkai_dist_shutdown": (c_int, []),
 }
 
 

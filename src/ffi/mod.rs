@@ -7,6 +7,7 @@ pub mod amp;
 pub mod autograd;
 pub mod backend;
 pub mod checkpoint;
+pub mod dist;
 pub mod library;
 pub mod lm;
 pub mod ops;
