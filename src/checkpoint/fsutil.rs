@@ -14,6 +14,14 @@ pub fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
     crate::err!(E_CKPT_IO, "{what} {}: {e}", path.display())
 }
 
+/// A file a checkpoint needs: absent is `E_CKPT_MISSING`, unreadable `E_CKPT_IO`.
+pub fn read_required(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing", path.display()),
+        _ => io_err("read", path, e),
+    })
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -147,10 +147,7 @@ pub fn save(dir: &str, params: &str, opt: i64, scaler: i64, meta: &str) -> Resul
 /// hash; nothing is parsed before all of them check out.
 fn read_verified(dir: &Path, expected: Option<&BTreeMap<String, String>>) -> Result<Files> {
     let ipath = dir.join(INTEGRITY);
-    let raw = std::fs::read(&ipath).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing", ipath.display()),
-        _ => io_err("read", &ipath, e),
-    })?;
+    let raw = fsutil::read_required(&ipath)?;
     let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(INTEGRITY, e))?;
     if v.get("format").and_then(Value::as_u64) != Some(FORMAT) {
         return Err(format_err(INTEGRITY, format!("unsupported format {:?}", v.get("format"))));
@@ -174,10 +171,7 @@ fn read_verified(dir: &Path, expected: Option<&BTreeMap<String, String>>) -> Res
     let mut files = Files::new();
     for (name, want) in hashes {
         let path = dir.join(&name);
-        let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing", path.display()),
-            _ => io_err("read", &path, e),
-        })?;
+        let bytes = fsutil::read_required(&path)?;
         let got = sha256_hex(&bytes);
         if got != want {
             crate::bail!(E_CKPT_HASH_MISMATCH, "{}: sha256 {got} but integrity.json records {want}", path.display());
@@ -337,10 +331,7 @@ pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, met
 pub fn load_ranked(dir: &str, rank: i64) -> Result<(Vec<i64>, i64, Vec<u8>)> {
     let snap = fsutil::latest(Path::new(dir))?;
     let mpath = snap.join(MANIFEST);
-    let raw = std::fs::read(&mpath).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing (not a ranked checkpoint?)", mpath.display()),
-        _ => io_err("read", &mpath, e),
-    })?;
+    let raw = fsutil::read_required(&mpath)?;
     let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(MANIFEST, e))?;
     let world = v.get("world").and_then(Value::as_i64).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
     if !(0..world).contains(&rank) {
