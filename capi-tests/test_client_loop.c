@@ -228,6 +228,6 @@ int main(int argc, char **argv) {
     string_free(params);
     CHECK(device_free(dev) == 0);
     CHECK(live_tensors() == t0 && live_devices() == d0 && live_opts() == o0 && live_scalers() == s0);
-    printf("capi client loop: %d passed, %d failed\n", passed, failed);
+    printf("capi-client-loop: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -262,5 +262,5 @@ int main(void) {
     CHECK(enkai_tensor_live_tensors() == tensors0);
     CHECK(enkai_tensor_live_devices() == devices0);
     CHECK(enkai_tensor_live_opts() == 0 && enkai_tensor_live_scalers() == 0);
-    return SUMMARY("capi lifecycle");
+    return SUMMARY("capi-lifecycle");
 }

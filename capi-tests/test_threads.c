@@ -50,5 +50,5 @@ int main(void) {
     CHECK(enkai_tensor_live_devices() == d0 + 1);
     CHECK(enkai_tensor_device_free(dev) == 0);
     CHECK(enkai_tensor_live_devices() == d0);
-    return SUMMARY("capi threads");
+    return SUMMARY("capi-threads");
 }
