@@ -1,7 +1,7 @@
 //! Error codes, the crate's `Error` type, and the thread-local last error that
 //! `enkai_tensor_last_error()` exposes.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, CString};
 use std::fmt;
 
@@ -147,22 +147,24 @@ macro_rules! bail {
 }
 
 struct LastError {
-    code: Code,
+    /// Read on every entry, so kept apart from the text: clearing an
+    /// already-clear error is one thread-local load.
+    code: Cell<Code>,
     // Kept as a CString so the pointer handed to C stays valid until the next call.
-    text: Option<CString>,
+    text: RefCell<Option<CString>>,
 }
 
 thread_local! {
-    static LAST: RefCell<LastError> = const { RefCell::new(LastError { code: Code::E_OK, text: None }) };
+    static LAST: LastError = const { LastError { code: Cell::new(Code::E_OK), text: RefCell::new(None) } };
 }
 
 /// Clears this thread's last error (done at every entry point).
+#[inline]
 pub fn clear() {
     LAST.with(|l| {
-        let mut l = l.borrow_mut();
-        if l.code != Code::E_OK {
-            l.code = Code::E_OK;
-            l.text = None;
+        if l.code.get() != Code::E_OK {
+            l.code.set(Code::E_OK);
+            l.text.replace(None);
         }
     });
 }
@@ -171,27 +173,25 @@ pub fn set(e: &Error) {
     let text = e.to_string().replace('\0', "\\0");
     let text = CString::new(text).unwrap_or_default();
     LAST.with(|l| {
-        let mut l = l.borrow_mut();
-        l.code = e.code;
-        l.text = Some(text);
+        l.code.set(e.code);
+        l.text.replace(Some(text));
     });
 }
 
 pub fn last_code() -> Code {
-    LAST.with(|l| l.borrow().code)
+    LAST.with(|l| l.code.get())
 }
 
 /// Pointer into this thread's last-error buffer, or NULL when there is none.
 pub fn last_ptr() -> *const c_char {
-    LAST.with(|l| l.borrow().text.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()))
+    LAST.with(|l| l.text.borrow().as_ref().map_or(std::ptr::null(), |s| s.as_ptr()))
 }
 
 /// The last error as an owned `Error` (for Rust callers and tests).
 pub fn last() -> Option<Error> {
     LAST.with(|l| {
-        let l = l.borrow();
-        let text = l.text.as_ref()?.to_string_lossy().into_owned();
+        let text = l.text.borrow().as_ref()?.to_string_lossy().into_owned();
         let detail = text.split_once(": ").map_or(text.clone(), |(_, d)| d.to_string());
-        Some(Error::new(l.code, detail))
+        Some(Error::new(l.code.get(), detail))
     })
 }
