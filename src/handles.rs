@@ -203,14 +203,19 @@ impl<T: Send + Sync> Registry<T> {
         r
     }
 
+    /// The slot of a live handle `h`; `None` for anything else (the hot path
+    /// builds no error).
+    #[inline]
+    fn live_slot(&self, g: &Inner<T>, h: i64) -> Option<usize> {
+        let d = decode(h);
+        let m = g.meta.get(d.slot)?;
+        (d.kind == Some(self.kind) && m.generation == d.generation && m.refs > 0).then_some(d.slot)
+    }
+
     /// The slot of a live handle `h`, or the precise reason it is not one.
     #[inline]
     fn check(&self, g: &Inner<T>, h: i64) -> Result<usize> {
-        let d = decode(h);
-        match (d.kind, g.meta.get(d.slot)) {
-            (Some(k), Some(m)) if k == self.kind && m.generation == d.generation && m.refs > 0 => Ok(d.slot),
-            _ => Err(self.explain(g, h)),
-        }
+        self.live_slot(g, h).ok_or_else(|| self.explain(g, h))
     }
 
     #[cold]
@@ -236,14 +241,20 @@ impl<T: Send + Sync> Registry<T> {
         crate::err!(E_HANDLE_INVALID, "{h} is not a {kind} handle (never issued)")
     }
 
+    /// Raises the borrow count of a live slot and points at its value.
     #[inline]
-    fn borrow_locked<'a>(&'a self, g: &mut Inner<T>, h: i64) -> Result<Ref<'a, T>> {
-        let slot = self.check(g, h)?;
+    fn borrow_slot<'a>(&'a self, g: &mut Inner<T>, slot: usize) -> Ref<'a, T> {
         g.meta[slot].borrows += 1;
         // SAFETY: the slot is live, so its cell holds a value; it cannot be
         // taken while the borrow we just added is outstanding.
         let value = unsafe { (*g.cell(slot).get()).as_ref().expect("live slot has a value") as *const T };
-        Ok(Ref { reg: self, slot, value })
+        Ref { reg: self, slot, value }
+    }
+
+    #[inline]
+    fn borrow_locked<'a>(&'a self, g: &mut Inner<T>, h: i64) -> Result<Ref<'a, T>> {
+        let slot = self.check(g, h)?;
+        Ok(self.borrow_slot(g, slot))
     }
 
     /// The value behind `h`, borrowed: the lock is released before it is used.
@@ -255,11 +266,14 @@ impl<T: Send + Sync> Registry<T> {
     /// Borrows `N` values under one lock; fails on the first bad handle.
     pub fn get_n<const N: usize>(&self, hs: [i64; N]) -> Result<[Ref<'_, T>; N]> {
         let mut g = self.lock();
-        // Check every handle before borrowing any, so a failure has nothing to undo.
-        for &h in &hs {
-            self.check(&g, h)?;
+        let mut slots = [0usize; N];
+        for (s, &h) in slots.iter_mut().zip(&hs) {
+            match self.live_slot(&g, h) {
+                Some(slot) => *s = slot,
+                None => return Err(self.explain(&g, h)),
+            }
         }
-        Ok(hs.map(|h| self.borrow_locked(&mut g, h).expect("checked above")))
+        Ok(slots.map(|slot| self.borrow_slot(&mut g, slot)))
     }
 
     /// Borrows every value under one lock; fails on the first bad handle.
