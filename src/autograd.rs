@@ -92,7 +92,7 @@ pub fn scale_grads_multi(grads: &str, scale: f64) -> Result<()> {
 
 /// `torch.nn.utils.clip_grad_norm_` over the listed grads; returns the pre-clip total norm.
 pub fn clip_grad_norm_multi(grads: &str, max_norm: f64, norm_type: f64) -> Result<f64> {
-    if !(norm_type > 0.0) {
+    if norm_type.is_nan() || norm_type <= 0.0 {
         crate::bail!(E_INVALID_ARG, "clip_grad_norm: norm_type must be > 0 or inf, got {norm_type}");
     }
     if max_norm.is_nan() {

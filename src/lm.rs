@@ -190,7 +190,7 @@ pub fn init(spec: &LmSpec, dev: i64, seed: i64) -> Result<Vec<i64>> {
 /// The spec a TinyLM parameter list implies (shapes give V, S, D, L).
 fn tiny_spec_of(params: &[crate::handles::Ref<'_, backend::Tensor>], n_heads: i64) -> Result<LmSpec> {
     let n = params.len();
-    if n < 6 || (n - 6) % 12 != 0 {
+    if n < 6 || !(n - 6).is_multiple_of(12) {
         crate::bail!(E_INVALID_ARG, "tinylm: {n} params is not 6 + 12 x n_layers");
     }
     let tok = imp::shape(&params[0].raw);

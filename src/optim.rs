@@ -23,10 +23,10 @@ impl Hyper {
     /// The checks `torch.optim.AdamW.__init__` makes.
     pub fn validate(self) -> Result<Hyper> {
         let Hyper { lr, beta1, beta2, eps, weight_decay } = self;
-        if !(lr >= 0.0) {
+        if lr.is_nan() || lr < 0.0 {
             crate::bail!(E_INVALID_ARG, "Invalid learning rate: {lr}");
         }
-        if !(eps >= 0.0) {
+        if eps.is_nan() || eps < 0.0 {
             crate::bail!(E_INVALID_ARG, "Invalid epsilon value: {eps}");
         }
         if !(0.0..1.0).contains(&beta1) {
@@ -35,7 +35,7 @@ impl Hyper {
         if !(0.0..1.0).contains(&beta2) {
             crate::bail!(E_INVALID_ARG, "Invalid beta parameter at index 1: {beta2}");
         }
-        if !(weight_decay >= 0.0) {
+        if weight_decay.is_nan() || weight_decay < 0.0 {
             crate::bail!(E_INVALID_ARG, "Invalid weight_decay value: {weight_decay}");
         }
         Ok(self)

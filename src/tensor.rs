@@ -24,7 +24,7 @@ pub fn device_create(spec: &str) -> Result<i64> {
 }
 
 pub fn device(h: i64) -> Result<Device> {
-    Ok(*DEVICES.get(h)?)
+    DEVICES.read(h, |d| *d)
 }
 
 pub fn get(h: i64) -> Result<Ref<'static, Tensor>> {

@@ -72,7 +72,7 @@ pub fn header(specs: &[Spec], metadata: &BTreeMap<String, String>) -> Vec<u8> {
     }
     let mut text = serde_json::to_vec(&header).expect("json serialises");
     // Pad with spaces so the data starts 8-byte aligned, as the reference writer does.
-    while (8 + text.len()) % 8 != 0 {
+    while !(8 + text.len()).is_multiple_of(8) {
         text.push(b' ');
     }
     let mut out = Vec::with_capacity(8 + text.len());

@@ -9,7 +9,10 @@ use crate::registry::{DEVICES, OPTIMIZERS, SCALERS, TENSORS};
 /// The ABI version as `major << 32 | minor << 16 | patch`. Never fails.
 #[no_mangle]
 pub extern "C" fn enkai_abi_version() -> u64 {
-    (1 << 32) | (0 << 16)
+    const MAJOR: u64 = 1;
+    const MINOR: u64 = 0;
+    const PATCH: u64 = 0;
+    (MAJOR << 32) | (MINOR << 16) | PATCH
 }
 
 /// The last error on this thread as `"E_CODE: detail"`, or NULL when the last
