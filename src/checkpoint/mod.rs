@@ -225,6 +225,7 @@ fn restore(files: &Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
     for i in 0..n {
         let e = by_name.remove(&format!("param_{i}")).ok_or_else(|| format_err(PARAMS, format!("param_{i} is missing")))?;
         let dev = device_of(&devices[i])?;
+        b.check_device(dev)?;
         let raw = imp::from_bytes(e.data, &e.shape, e.dtype, dev)?;
         if grads[i] {
             imp::set_requires_grad(&raw)?;
