@@ -37,7 +37,10 @@ pub fn backward(loss: i64) -> Result<()> {
 
 /// A new handle on `t.grad` (sharing its storage), or 0 when there is none.
 pub fn grad(h: i64) -> Result<i64> {
-    let t = get(h)?;
+    grad_of(&*get(h)?)
+}
+
+fn grad_of(t: &crate::backend::Tensor) -> Result<i64> {
     match imp::grad(&t.raw)? {
         Some(g) => register(t.backend, g),
         None => Ok(0),
@@ -48,10 +51,15 @@ pub fn grad(h: i64) -> Result<i64> {
 /// handles are checked first, so a bad entry creates nothing.
 pub fn grad_multi(params: &str) -> Result<Vec<i64>> {
     let hs = json::handle_list(params)?;
-    live_entries(params)?;
+    let live = live_entries(&hs)?;
+    let mut live = live.iter();
     let mut out = Vec::with_capacity(hs.len());
     for h in hs {
-        match if h == 0 { Ok(0) } else { grad(h) } {
+        let g = match h {
+            0 => Ok(0),
+            _ => grad_of(&live.next().expect("one live entry per non-zero handle").1),
+        };
+        match g {
             Ok(g) => out.push(g),
             Err(e) => {
                 out.iter().filter(|g| **g != 0).for_each(|g| drop(TENSORS.release(*g)));
@@ -62,10 +70,14 @@ pub fn grad_multi(params: &str) -> Result<Vec<i64>> {
     Ok(out)
 }
 
-/// Tensors of a JSON handle list, 0 entries skipped; every handle checked first.
-fn live_entries(list: &str) -> Result<Vec<(i64, Ref<'static, crate::backend::Tensor>)>> {
-    let hs: Vec<i64> = json::handle_list(list)?.into_iter().filter(|h| *h != 0).collect();
+/// The tensors behind a handle list, 0 entries skipped; every handle checked first.
+fn live_entries(hs: &[i64]) -> Result<Vec<(i64, Ref<'static, crate::backend::Tensor>)>> {
+    let hs: Vec<i64> = hs.iter().copied().filter(|h| *h != 0).collect();
     Ok(hs.iter().copied().zip(TENSORS.get_many(&hs)?).collect())
+}
+
+fn live_list(list: &str) -> Result<Vec<(i64, Ref<'static, crate::backend::Tensor>)>> {
+    live_entries(&json::handle_list(list)?)
 }
 
 pub fn zero_grad(h: i64) -> Result<()> {
@@ -73,12 +85,12 @@ pub fn zero_grad(h: i64) -> Result<()> {
 }
 
 pub fn zero_grad_multi(params: &str) -> Result<()> {
-    live_entries(params)?.iter().try_for_each(|(_, t)| imp::zero_grad(&t.raw))
+    live_list(params)?.iter().try_for_each(|(_, t)| imp::zero_grad(&t.raw))
 }
 
 /// Fails with `E_NOT_FINITE` naming the first handle holding NaN or infinity.
 pub fn check_finite_multi(handles: &str) -> Result<()> {
-    for (i, (h, t)) in live_entries(handles)?.iter().enumerate() {
+    for (i, (h, t)) in live_list(handles)?.iter().enumerate() {
         if !imp::all_finite(&t.raw)? {
             crate::bail!(E_NOT_FINITE, "tensor {h} (entry {i}) has non-finite values");
         }
@@ -87,7 +99,7 @@ pub fn check_finite_multi(handles: &str) -> Result<()> {
 }
 
 pub fn scale_grads_multi(grads: &str, scale: f64) -> Result<()> {
-    live_entries(grads)?.iter().try_for_each(|(_, t)| imp::scale_(&t.raw, scale))
+    live_list(grads)?.iter().try_for_each(|(_, t)| imp::scale_(&t.raw, scale))
 }
 
 /// `torch.nn.utils.clip_grad_norm_` over the listed grads; returns the pre-clip total norm.
@@ -98,7 +110,7 @@ pub fn clip_grad_norm_multi(grads: &str, max_norm: f64, norm_type: f64) -> Resul
     if max_norm.is_nan() {
         crate::bail!(E_INVALID_ARG, "clip_grad_norm: max_norm is NaN");
     }
-    let entries = live_entries(grads)?;
+    let entries = live_list(grads)?;
     let raws: Vec<&imp::Raw> = entries.iter().map(|(_, t)| &t.raw).collect();
     imp::clip_grad_norm(&raws, max_norm, norm_type)
 }

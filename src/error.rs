@@ -186,12 +186,3 @@ pub fn last_code() -> Code {
 pub fn last_ptr() -> *const c_char {
     LAST.with(|l| l.text.borrow().as_ref().map_or(std::ptr::null(), |s| s.as_ptr()))
 }
-
-/// The last error as an owned `Error` (for Rust callers and tests).
-pub fn last() -> Option<Error> {
-    LAST.with(|l| {
-        let text = l.text.borrow().as_ref()?.to_string_lossy().into_owned();
-        let detail = text.split_once(": ").map_or(text.clone(), |(_, d)| d.to_string());
-        Some(Error::new(l.code.get(), detail))
-    })
-}

@@ -309,12 +309,6 @@ impl<T: Send + Sync> Registry<T> {
         Ok(out)
     }
 
-    /// Whether `h` is a live handle of this registry.
-    pub fn is_live(&self, h: i64) -> bool {
-        let g = self.lock();
-        self.check(&g, h).is_ok()
-    }
-
     pub fn retain(&self, h: i64) -> Result<()> {
         let mut g = self.lock();
         let slot = self.check(&g, h)?;

@@ -208,8 +208,7 @@ fn ids(what: &str, data: &[u32], batch: i64, seq: i64, vocab: i64, dev: crate::d
     if let Some(i) = data.iter().position(|&t| i64::from(t) >= vocab) {
         crate::bail!(E_INVALID_ARG, "forward: {what} id {} at position {i} is not below vocab_size {vocab}", data[i]);
     }
-    let bytes: Vec<u8> = data.iter().flat_map(|&i| i64::from(i).to_ne_bytes()).collect();
-    imp::from_bytes(&bytes, &[batch, seq], DType::I64, dev)
+    imp::from_bytes(&tensor::ids_as_int64(data), &[batch, seq], DType::I64, dev)
 }
 
 /// Borrowed params checked against `spec` (or the TinyLM spec their shapes imply).

@@ -33,6 +33,18 @@ pub enum Reduce {
     Mean,
 }
 
+impl Unary {
+    fn name(self) -> &'static str {
+        match self {
+            Unary::Relu => "relu",
+            Unary::Sigmoid => "sigmoid",
+            Unary::Tanh => "tanh",
+            Unary::Gelu => "gelu",
+            Unary::Detach => "detach",
+        }
+    }
+}
+
 impl Binary {
     fn name(self) -> (&'static str, &'static str) {
         match self {
@@ -148,8 +160,8 @@ pub fn binary(op: Binary, a: i64, b: i64) -> Result<i64> {
 }
 
 pub fn unary(op: Unary, x: i64) -> Result<i64> {
-    let name = format!("{op:?}").to_lowercase();
-    run(&name, [x], |[x]| imp::unary(op, x), |[x]| float_error(&name, x))
+    let name = op.name();
+    run(name, [x], |[x]| imp::unary(op, x), |[x]| float_error(name, x))
 }
 
 fn numel_error(op: &str, x: &Tensor, target: &[i64]) -> Option<Error> {

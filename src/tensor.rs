@@ -136,8 +136,12 @@ pub fn ids_u32(ids: &[u32], batch: i64, seq: i64, dev: i64) -> Result<i64> {
     if numel_of(&shape)? != ids.len() {
         crate::bail!(E_SHAPE, "ids_u32: {} ids given, batch {batch} x seq {seq} needs {}", ids.len(), batch * seq);
     }
-    let wide: Vec<u8> = ids.iter().flat_map(|&i| i64::from(i).to_ne_bytes()).collect();
-    from_data(&wide, &shape, DType::I64, dev)
+    from_data(&ids_as_int64(ids), &shape, DType::I64, dev)
+}
+
+/// Token ids widened to int64, as native-endian bytes for `from_bytes`.
+pub fn ids_as_int64(ids: &[u32]) -> Vec<u8> {
+    ids.iter().flat_map(|&i| i64::from(i).to_ne_bytes()).collect()
 }
 
 pub fn manual_seed(seed: i64) -> Result<()> {
