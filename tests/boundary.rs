@@ -13,6 +13,7 @@ use enkai_tensor::ffi::{guard, status};
 
 #[test]
 fn last_error_is_set_then_cleared_by_the_next_call() {
+    let _s = serial();
     assert_eq!(unsafe { enkai_tensor_device(c("tpu").as_ptr()) }, 0);
     let msg = assert_err(Code::E_INVALID_ARG);
     assert!(msg.contains("\"tpu\""), "{msg}");
@@ -24,6 +25,7 @@ fn last_error_is_set_then_cleared_by_the_next_call() {
 
 #[test]
 fn last_error_is_per_thread() {
+    let _s = serial();
     assert_eq!(unsafe { enkai_tensor_device(null()) }, 0);
     std::thread::spawn(|| assert_eq!(last().0, Code::E_OK)).join().unwrap();
     assert_err(Code::E_NULL_POINTER);
@@ -31,6 +33,7 @@ fn last_error_is_per_thread() {
 
 #[test]
 fn panics_become_e_internal_with_the_sentinel() {
+    let _s = serial();
     let h: i64 = guard(|| panic!("boom"));
     assert_eq!(h, 0);
     let msg = assert_err(Code::E_INTERNAL);
@@ -43,6 +46,7 @@ fn panics_become_e_internal_with_the_sentinel() {
 
 #[test]
 fn null_and_invalid_utf8_strings_are_rejected() {
+    let _s = serial();
     assert_eq!(unsafe { enkai_backend_set(null()) }, 1);
     assert_err(Code::E_NULL_POINTER);
     let bad = [b'c', 0xc3, 0x28, 0];
@@ -53,6 +57,7 @@ fn null_and_invalid_utf8_strings_are_rejected() {
 
 #[test]
 fn null_out_pointers_write_nothing() {
+    let _s = serial();
     let mut n = 77usize;
     assert_eq!(unsafe { enkai_backend_current(std::ptr::null_mut(), &mut n) }, 1);
     assert_err(Code::E_NULL_POINTER);
@@ -61,6 +66,7 @@ fn null_out_pointers_write_nothing() {
 
 #[test]
 fn unknown_backend_and_device_names() {
+    let _s = serial();
     assert_eq!(unsafe { enkai_backend_set(c("Torch").as_ptr()) }, 1);
     assert_err(Code::E_BACKEND_UNKNOWN);
     for bad in ["", "CPU", "cuda:", "cuda:-1", "cuda:x", "cuda:1.5", "cuda:99999999999"] {
@@ -92,6 +98,7 @@ fn device_handles_count_and_go_stale() {
 
 #[test]
 fn output_strings_free_with_each_release_function() {
+    let _s = serial();
     let mut p = std::ptr::null_mut();
     let mut n = 0;
     for release in 0..3 {
@@ -108,12 +115,14 @@ fn output_strings_free_with_each_release_function() {
 
 #[test]
 fn abi_version_is_1_x() {
+    let _s = serial();
     assert_eq!(enkai_abi_version() >> 32, 1);
 }
 
 #[cfg(not(feature = "torch"))]
 #[test]
 fn without_torch_tensor_functions_report_unavailable() {
+    let _s = serial();
     let d = unsafe { enkai_tensor_device(c("cpu").as_ptr()) };
     assert!(d > 0);
     let t = unsafe { enkai_tensor_zeros(c("[2]").as_ptr(), c("fp32").as_ptr(), d) };

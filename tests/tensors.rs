@@ -70,6 +70,7 @@ fn randn_is_seeded_and_matches_libtorch() {
 
 #[test]
 fn item_needs_exactly_one_element() {
+    let _s = serial();
     let d = cpu();
     let t = unsafe { enkai_tensor_full(c("[1,1,1]").as_ptr(), 3.0, c("int64").as_ptr(), d) };
     assert_eq!(enkai_tensor_item(t), 3.0);
@@ -88,6 +89,7 @@ fn item_needs_exactly_one_element() {
 
 #[test]
 fn from_data_checks_sizes_and_round_trips() {
+    let _s = serial();
     let d = cpu();
     let data: Vec<f64> = (0..6).map(|i| i as f64 * 0.5 - 1.0).collect();
     let bytes = 6 * 8;
@@ -114,6 +116,7 @@ fn from_data_checks_sizes_and_round_trips() {
 
 #[test]
 fn huge_allocations_fail_cleanly() {
+    let _s = serial();
     let d = cpu();
     assert_eq!(make(enkai_tensor_zeros, "[9223372036854775807,2]", "fp32", d), 0);
     assert_err(Code::E_SHAPE);
@@ -140,6 +143,7 @@ fn cpu_backend_keeps_tensors_on_the_cpu_and_refuses_mixing() {
 
 #[test]
 fn matmul_checks_shapes_and_computes() {
+    let _s = serial();
     let d = cpu();
     let a = make(enkai_tensor_randn, "[2,3]", "fp32", d);
     let b = make(enkai_tensor_randn, "[4,5]", "fp32", d);

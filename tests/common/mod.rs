@@ -6,7 +6,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use enkai_tensor::error::Code;
 
-/// Tests that compare live counters take this lock: the counters are process-wide.
+/// Every test takes this lock: the live counters, the chosen backend and the
+/// random generator are process-wide, and cargo runs tests on parallel threads.
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
