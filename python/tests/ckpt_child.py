@@ -1,7 +1,7 @@
 """Helper process for the checkpoint tests.
 
     ckpt_child.py loop DIR        save forever: every param filled with k, meta {"k": k}
-    ckpt_child.py rank DIR R W    one rank of a ranked save
+    ckpt_child.py rank DIR R W S  one rank of a ranked save of step S
 """
 
 import os
@@ -22,16 +22,16 @@ def loop(d):
         print(k, flush=True)
 
 
-def rank(d, r, w):
+def rank(d, r, w, step):
     params = [et.full([8, 8], 10 * r + 1).require_grad(), et.full([5], r, "int32")]
     opt = et.AdamW([params[0]])
     (params[0] * params[0]).sum().backward()
     opt.step()
-    et.checkpoint_save_ranked(d, r, w, params, opt, '{"step": 7}')
+    et.checkpoint_save_ranked(d, r, w, params, opt, '{"step": %d}' % step)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "loop":
         loop(sys.argv[2])
     else:
-        rank(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        rank(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -233,7 +233,7 @@ def test_params_open_with_the_safetensors_package_and_back(tmp_path):
 
 
 def test_four_ranks_save_concurrently_and_each_loads_its_shard(tmp_path):
-    procs = [subprocess.Popen([sys.executable, str(CHILD), "rank", str(tmp_path), str(r), "4"]) for r in range(4)]
+    procs = [subprocess.Popen([sys.executable, str(CHILD), "rank", str(tmp_path), str(r), "4", "7"]) for r in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     snap = tmp_path / os.readlink(tmp_path / "latest")
     manifest = json.loads((snap / "manifest.json").read_text())
@@ -250,6 +250,26 @@ def test_four_ranks_save_concurrently_and_each_loads_its_shard(tmp_path):
     with pytest.raises(et.EnkaiError) as ex:
         et.checkpoint_load_ranked(tmp_path, 4)
     assert ex.value.code == "E_INVALID_ARG"
+
+
+def test_rounds_that_lost_a_rank_are_swept_by_the_next_complete_round(tmp_path):
+    def save(r, world, step):
+        p = subprocess.run([sys.executable, str(CHILD), "rank", str(tmp_path), str(r), str(world), str(step)])
+        assert p.returncode == 0
+
+    save(0, 2, 1)  # rank 1 never saves step 1: that round cannot complete
+    (old,) = [p for p in tmp_path.iterdir() if p.name.startswith(".pending-")]
+    past = time.time() - 60
+    os.utime(old, (past, past))
+    save(0, 2, 2)
+    (new,) = [p for p in tmp_path.iterdir() if p.name.startswith(".pending-") and p != old]
+    dead = new / ".staging-rank1-999999999-1"  # a rank 1 killed mid-write
+    dead.mkdir()
+    save(1, 2, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "latest", "snap-000001"]
+    assert sorted(p.name for p in (tmp_path / "snap-000001").iterdir()) == ["manifest.json", "rank0", "rank1"]
+    for r in range(2):
+        assert et.checkpoint_load_ranked(tmp_path, r)[2] == b'{"step": 2}'
 
 
 def test_sigkill_at_random_moments_never_loses_the_checkpoint(tmp_path):

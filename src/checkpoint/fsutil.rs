@@ -154,6 +154,31 @@ pub fn sweep_stale(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Removes ranked rounds that can no longer complete: `.pending-*`
+/// directories other than `current` with no live writer that last changed
+/// before `round_began`. Ranks save in lockstep, so an incomplete round older
+/// than one that just completed lost a rank to a crash and would otherwise
+/// hold its shards forever. Called with the directory lock held.
+pub fn sweep_abandoned_rounds(dir: &Path, current: &Path, round_began: std::time::SystemTime) -> Result<()> {
+    for e in fs::read_dir(dir).map_err(|e| io_err("list", dir, e))?.flatten() {
+        let path = e.path();
+        let is_round = e.file_name().to_str().is_some_and(|n| n.starts_with(".pending-"));
+        if !is_round || path == current || path.is_symlink() {
+            continue;
+        }
+        sweep_stale(&path)?;
+        let writing = fs::read_dir(&path)
+            .map_err(|e| io_err("list", &path, e))?
+            .flatten()
+            .any(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(".staging-")));
+        let idle_since = e.metadata().and_then(|m| m.modified()).map_err(|e| io_err("stat", &path, e))?;
+        if !writing && idle_since < round_began {
+            fs::remove_dir_all(&path).map_err(|e| io_err("remove", &path, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// How many snapshots to keep: `ENKAI_CKPT_KEEP` (>= 1), default 2.
 fn keep() -> u64 {
     std::env::var("ENKAI_CKPT_KEEP").ok().and_then(|v| v.parse().ok()).filter(|k| *k >= 1).unwrap_or(2)

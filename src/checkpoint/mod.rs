@@ -10,7 +10,7 @@ mod fsutil;
 pub mod safetensors;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -306,27 +306,46 @@ pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, met
     let pending = dir.join(format!(".pending-{key}"));
     std::fs::create_dir_all(&pending).map_err(|e| io_err("create", &pending, e))?;
     let staged = fsutil::staging(&pending, &format!("rank{rank}"))?;
-    write_files(&staged, &plan)?;
-    let _lock = fsutil::DirLock::take(dir)?;
+    let joined = write_files(&staged, &plan).and_then(|_| {
+        let _lock = fsutil::DirLock::take(dir)?;
+        join_round(dir, &pending, &staged, rank, world)
+    });
+    if joined.is_err() {
+        let _ = std::fs::remove_dir_all(&staged);
+    }
+    joined
+}
+
+/// Moves one rank's written shard into its round; the rank that completes the
+/// round writes the manifest and commits it. Called with the directory lock held.
+fn join_round(dir: &Path, pending: &Path, staged: &Path, rank: i64, world: i64) -> Result<()> {
     let shard = pending.join(format!("rank{rank}"));
     if shard.exists() {
         std::fs::remove_dir_all(&shard).map_err(|e| io_err("replace", &shard, e))?;
     }
-    std::fs::rename(&staged, &shard).map_err(|e| io_err("rename", &staged, e))?;
-    fsutil::fsync_dir(&pending)?;
-    let done = (0..world).all(|r| pending.join(format!("rank{r}")).is_dir());
-    if !done {
+    std::fs::rename(staged, &shard).map_err(|e| io_err("rename", staged, e))?;
+    fsutil::fsync_dir(pending)?;
+    let shards: Vec<PathBuf> = (0..world).map(|r| pending.join(format!("rank{r}"))).collect();
+    if !shards.iter().all(|s| s.is_dir()) {
         return Ok(());
     }
     let mut ranks = serde_json::Map::new();
-    for r in 0..world {
-        let integrity = std::fs::read(pending.join(format!("rank{r}")).join(INTEGRITY)).map_err(|e| io_err("read", &pending, e))?;
+    let mut round_began = std::time::SystemTime::now();
+    for (r, shard) in shards.iter().enumerate() {
+        let integrity = std::fs::read(shard.join(INTEGRITY)).map_err(|e| io_err("read", shard, e))?;
         let v: Value = serde_json::from_slice(&integrity).map_err(|e| format_err(INTEGRITY, e))?;
         ranks.insert(r.to_string(), v["files"].clone());
+        let written = std::fs::metadata(shard).and_then(|m| m.modified()).map_err(|e| io_err("stat", shard, e))?;
+        round_began = round_began.min(written);
     }
     let manifest = json!({"format": FORMAT, "world": world, "ranks": ranks});
     fsutil::write_synced(&pending.join(MANIFEST), manifest.to_string().as_bytes())?;
-    fsutil::commit(dir, &pending).map(drop)
+    // Ranks killed mid-write in this round left staging behind; it must not
+    // become part of the snapshot.
+    fsutil::sweep_stale(pending)?;
+    fsutil::sweep_stale(dir)?;
+    fsutil::commit(dir, pending)?;
+    fsutil::sweep_abandoned_rounds(dir, pending, round_began)
 }
 
 pub fn load_ranked(dir: &str, rank: i64) -> Result<(Vec<i64>, i64, Vec<u8>)> {
