@@ -6,6 +6,62 @@ use crate::error::Result;
 
 /// Parses `[1, -2, 3]` into integers. `what` names the argument in messages.
 pub fn int_list(text: &str, what: &str) -> Result<Vec<i64>> {
+    // Shapes are parsed on every tensor-creating call: take the common,
+    // well-formed case in one pass and leave everything else, errors
+    // included, to the precise parser below.
+    match quick_int_list(text.as_bytes()) {
+        Some(v) => Ok(v),
+        None => precise_int_list(text, what),
+    }
+}
+
+/// One pass over `[d,d,...]` with optional spaces after `[` and around commas.
+/// `None` for anything else (leading zeros, overflow, floats, other
+/// whitespace...), which the precise parser then accepts or names.
+fn quick_int_list(b: &[u8]) -> Option<Vec<i64>> {
+    // Room for any usual rank up front: one allocation, no regrowth.
+    let mut out = Vec::with_capacity(8);
+    let mut i = 1;
+    if b.first() != Some(&b'[') {
+        return None;
+    }
+    let skip = |i: &mut usize| {
+        while b.get(*i) == Some(&b' ') {
+            *i += 1;
+        }
+    };
+    skip(&mut i);
+    if b.get(i) == Some(&b']') {
+        return (i + 1 == b.len()).then_some(out);
+    }
+    loop {
+        let neg = b.get(i) == Some(&b'-');
+        i += usize::from(neg);
+        let start = i;
+        let mut v: i64 = 0;
+        while let Some(d) = b.get(i).filter(|c| c.is_ascii_digit()) {
+            // Accumulate negatively so i64::MIN parses like str::parse does.
+            v = v.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
+            i += 1;
+        }
+        let len = i - start;
+        if len == 0 || (len > 1 && b[start] == b'0') {
+            return None;
+        }
+        out.push(if neg { v } else { v.checked_neg()? });
+        skip(&mut i);
+        match b.get(i) {
+            Some(b',') => {
+                i += 1;
+                skip(&mut i);
+            }
+            Some(b']') if i + 1 == b.len() => return Some(out),
+            _ => return None,
+        }
+    }
+}
+
+fn precise_int_list(text: &str, what: &str) -> Result<Vec<i64>> {
     let fail = |why: String| crate::err!(E_INVALID_ARG, "{what} {text:?}: {why}");
     let body = text.trim();
     let inner = body
@@ -113,5 +169,43 @@ mod tests {
         assert_eq!(target_shape("[-1,4]").unwrap(), vec![-1, 4]);
         assert!(msg(target_shape("[-1,-1]")).contains("only one dimension may be -1"));
         assert_eq!(write_int_list(&[2, 3]), "[2,3]");
+    }
+
+    /// The one-pass parser is only a shortcut: on every input it either
+    /// declines or agrees with the precise parser.
+    #[test]
+    fn quick_path_agrees_with_the_precise_parser() {
+        let mut texts: Vec<String> = [
+            "[]", "[ ]", "[4]", "[2,3]", "[ 2 , 3 ]", "[-1,4]", "[0]", "[00]", "[-0]", "[-]", "[1,]", "[,1]",
+            "[1 2]", "[1]x", " [1]", "[1] ", "[1", "1]", "[2.5]", "[1e3]", "[+1]", "[[1]]", "[\t1]",
+            "[9223372036854775807]", "[9223372036854775808]", "[-9223372036854775808]", "[-9223372036854775809]",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Random strings over the alphabet the parsers care about.
+        let alphabet = b"[]0123456789-, .e+";
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            let mut t = String::from("[");
+            for _ in 0..(x % 9) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                t.push(alphabet[(x % alphabet.len() as u64) as usize] as char);
+            }
+            if x % 3 != 0 {
+                t.push(']');
+            }
+            texts.push(t);
+        }
+        for t in &texts {
+            if let Some(v) = quick_int_list(t.as_bytes()) {
+                assert_eq!(precise_int_list(t, "shape").ok(), Some(v), "{t:?}");
+            }
+        }
+        assert_eq!(quick_int_list(b"[ 2 , -3,4 ]"), Some(vec![2, -3, 4]));
+        assert_eq!(quick_int_list(b"[-9223372036854775808]"), Some(vec![i64::MIN]));
+        assert_eq!(quick_int_list(b"[9223372036854775808]"), None);
     }
 }
