@@ -194,7 +194,7 @@ mod tests {
                 x ^= x << 17;
                 t.push(alphabet[(x % alphabet.len() as u64) as usize] as char);
             }
-            if x % 3 != 0 {
+            if !x.is_multiple_of(3) {
                 t.push(']');
             }
             texts.push(t);
