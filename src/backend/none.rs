@@ -27,6 +27,14 @@ pub fn fill(_shape: &[i64], _dtype: DType, _dev: Device, _init: super::Init) -> 
     Err(unavailable())
 }
 
+pub fn filled_cpu<E: From<Error>>(
+    _shape: &[i64],
+    _dtype: DType,
+    _fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+) -> std::result::Result<Raw, E> {
+    Err(unavailable().into())
+}
+
 pub fn from_bytes(_bytes: &[u8], _shape: &[i64], _dtype: DType, _dev: Device) -> Result<Raw> {
     Err(unavailable())
 }
@@ -59,7 +67,11 @@ pub fn matmul(a: &Raw, _b: &Raw) -> Result<Raw> {
 /// tensor can be made; they still return the unavailable error, not a panic.
 macro_rules! unavailable {
     ($(pub fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        $(pub fn $name($($arg: $ty),*) -> $ret { let _ = ($($arg),*); Err(unavailable()) })*
+        $(
+            // The signatures mirror the torch backend's, long ones included.
+            #[allow(clippy::too_many_arguments)]
+            pub fn $name($($arg: $ty),*) -> $ret { let _ = ($($arg),*); Err(unavailable()) }
+        )*
     };
 }
 

@@ -2,7 +2,7 @@
 //! switch of `latest`, pruning, and the directory lock.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +23,7 @@ pub fn read_required(path: &Path) -> Result<Vec<u8>> {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Sha256::digest(bytes))
 }
 
 /// Writes `bytes` to a new file and fsyncs it.
@@ -54,8 +54,99 @@ impl<'a> HashingFile<'a> {
     /// Fsyncs the file and returns its hash in hex.
     pub fn finish(self) -> Result<String> {
         self.file.sync_all().map_err(|e| io_err("fsync", self.path, e))?;
-        Ok(self.hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+        Ok(hex(&self.hash.finalize()))
     }
+}
+
+/// A file read front to back with its SHA-256 taken on the way, so a reader
+/// can put the bytes where they belong (tensor storage) in the same pass.
+pub struct HashingReader<'a> {
+    file: File,
+    path: &'a Path,
+    hash: Sha256,
+    len: u64,
+    pos: u64,
+}
+
+/// What went wrong while reading a file into its structure.
+pub enum ReadErr {
+    /// The bytes are not what the format says, or end early, or could not be
+    /// placed: reported only once the whole file's hash is known to match,
+    /// since in damaged bytes it would be a symptom, not the cause.
+    Format(Error),
+    /// The file could not be read at all.
+    Io(Error),
+}
+
+impl From<Error> for ReadErr {
+    fn from(e: Error) -> Self {
+        ReadErr::Format(e)
+    }
+}
+
+impl<'a> HashingReader<'a> {
+    pub fn open(path: &'a Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing", path.display()),
+            _ => io_err("open", path, e),
+        })?;
+        let len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
+        Ok(HashingReader { file, path, hash: Sha256::new(), len, pos: 0 })
+    }
+
+    /// Fills `dst` from the file, hashing it chunk by chunk while it is in cache.
+    pub fn read_into(&mut self, dst: &mut [u8]) -> std::result::Result<(), ReadErr> {
+        for chunk in dst.chunks_mut(1 << 20) {
+            self.file.read_exact(chunk).map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    ReadErr::Format(crate::err!(E_CKPT_FORMAT, "{} ends before its header says", self.path.display()))
+                }
+                _ => ReadErr::Io(io_err("read", self.path, e)),
+            })?;
+            self.hash.update(&*chunk);
+            self.pos += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads and hashes the next `n` bytes, keeping none of them.
+    pub fn skip(&mut self, n: u64) -> std::result::Result<(), ReadErr> {
+        let mut scratch = vec![0u8; n.min(1 << 20) as usize];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(scratch.len() as u64) as usize;
+            self.read_into(&mut scratch[..k])?;
+            left -= k as u64;
+        }
+        Ok(())
+    }
+
+    /// The file's length when it was opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Bytes read (and hashed) so far.
+    pub fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    /// Hashes whatever is left of the file and returns the digest in hex.
+    pub fn finish(mut self) -> Result<String> {
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let k = self.file.read(&mut buf).map_err(|e| io_err("read", self.path, e))?;
+            if k == 0 {
+                break;
+            }
+            self.hash.update(&buf[..k]);
+        }
+        Ok(hex(&self.hash.finalize()))
+    }
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub fn fsync_dir(path: &Path) -> Result<()> {

@@ -22,7 +22,6 @@ use crate::optim::{self, Hyper};
 use crate::registry::TENSORS;
 use crate::{json as ijson, tensor};
 use fsutil::{io_err, plain_name, sha256_hex};
-use safetensors::Entry;
 
 const FORMAT: u64 = 1;
 const PARAMS: &str = "params.safetensors";
@@ -36,8 +35,26 @@ fn format_err(what: &str, why: impl std::fmt::Display) -> crate::Error {
     crate::err!(E_CKPT_FORMAT, "{what}: {why}")
 }
 
+/// Tensors by name, on the CPU.
+type Tensors = BTreeMap<String, imp::Raw>;
+
+/// A verified file: safetensors already in tensors (with the header's
+/// metadata), read straight into their storage; anything else as bytes.
+enum Loaded {
+    Bytes(Vec<u8>),
+    Tensors(Tensors, BTreeMap<String, String>),
+}
+
 /// The verified files of one snapshot (or one rank's shard), by name.
-type Files = BTreeMap<String, Vec<u8>>;
+type Files = BTreeMap<String, Loaded>;
+
+/// A verified plain file's bytes, if it was saved.
+fn bytes_of<'f>(files: &'f Files, name: &str) -> Option<&'f [u8]> {
+    match files.get(name) {
+        Some(Loaded::Bytes(b)) => Some(b),
+        _ => None,
+    }
+}
 
 /// A file to write: plain bytes, or a safetensors header followed by the
 /// tensors' bytes streamed straight from their storage (no staging copy).
@@ -168,17 +185,57 @@ fn read_verified(dir: &Path, expected: Option<&BTreeMap<String, String>>) -> Res
             return Err(format_err(INTEGRITY, format!("does not list {required}")));
         }
     }
+    // A damaged file reports its hash mismatch ahead of any format error: the
+    // format is only worth judging in bytes known to be the ones saved.
     let mut files = Files::new();
+    let mut format_error = None;
     for (name, want) in hashes {
         let path = dir.join(&name);
-        let bytes = fsutil::read_required(&path)?;
-        let got = sha256_hex(&bytes);
+        let mut r = fsutil::HashingReader::open(&path)?;
+        let read = if name.ends_with(".safetensors") { read_tensors(&mut r, &name) } else { read_bytes(&mut r, &name) };
+        let read = match read {
+            Ok(loaded) => Ok(loaded),
+            Err(fsutil::ReadErr::Io(e)) => return Err(e),
+            Err(fsutil::ReadErr::Format(e)) => Err(e),
+        };
+        let got = r.finish()?;
         if got != want {
             crate::bail!(E_CKPT_HASH_MISMATCH, "{}: sha256 {got} but integrity.json records {want}", path.display());
         }
-        files.insert(name, bytes);
+        match read {
+            Ok(loaded) => drop(files.insert(name, loaded)),
+            Err(e) => drop(format_error.get_or_insert(e)),
+        }
     }
-    Ok(files)
+    format_error.map_or(Ok(files), Err)
+}
+
+fn read_bytes(r: &mut fsutil::HashingReader, what: &str) -> std::result::Result<Loaded, fsutil::ReadErr> {
+    let mut bytes = vec![0u8; usize::try_from(r.len()).map_err(|_| format_err(what, "too large to read"))?];
+    r.read_into(&mut bytes)?;
+    Ok(Loaded::Bytes(bytes))
+}
+
+/// Reads a safetensors file into CPU tensors, each straight into its storage;
+/// sizes come from a header already checked against the file's length, so
+/// memory stays bounded by what is on disk.
+fn read_tensors(r: &mut fsutil::HashingReader, what: &str) -> std::result::Result<Loaded, fsutil::ReadErr> {
+    let mut prefix = [0u8; 8];
+    if r.len() < 8 {
+        return Err(format_err(what, format!("{} bytes is too short for a safetensors file", r.len())).into());
+    }
+    r.read_into(&mut prefix)?;
+    let mut header = vec![0u8; safetensors::header_len(prefix, r.len(), what)?];
+    r.read_into(&mut header)?;
+    let data_start = r.pos();
+    let (layouts, metadata) = safetensors::parse_header(&header, r.len() - data_start, what)?;
+    let mut tensors = BTreeMap::new();
+    for l in layouts {
+        r.skip(data_start + l.begin - r.pos())?;
+        let raw = imp::filled_cpu(&l.shape, l.dtype, |dst| r.read_into(dst))?;
+        tensors.insert(l.name, raw);
+    }
+    Ok(Loaded::Tensors(tensors, metadata))
 }
 
 fn json_meta<T: serde::de::DeserializeOwned>(meta: &BTreeMap<String, String>, key: &str, what: &str) -> Result<T> {
@@ -190,6 +247,23 @@ fn device_of(name: &str) -> Result<Device> {
     match crate::device::DeviceSpec::parse(name).map_err(|_| format_err(PARAMS, format!("unknown device {name:?}")))? {
         crate::device::DeviceSpec::Exact(d) => Ok(d),
         crate::device::DeviceSpec::Auto => Err(format_err(PARAMS, "device \"auto\" in a checkpoint")),
+    }
+}
+
+/// The tensors and metadata of a verified safetensors file, if it was saved.
+fn take_tensors(files: &mut Files, name: &str) -> Result<Option<(Tensors, BTreeMap<String, String>)>> {
+    match files.remove(name) {
+        None => Ok(None),
+        Some(Loaded::Tensors(t, m)) => Ok(Some((t, m))),
+        Some(Loaded::Bytes(_)) => Err(format_err(name, "not read as safetensors")),
+    }
+}
+
+/// A loaded CPU tensor moved to the device it was saved from.
+fn placed(cpu: imp::Raw, dev: Device) -> Result<imp::Raw> {
+    match dev {
+        Device::Cpu => Ok(cpu),
+        _ => imp::to_device(&cpu, dev),
     }
 }
 
@@ -210,35 +284,32 @@ impl Drop for Made {
 
 /// Parses verified files into new handles: params (in saved order), the
 /// optimizer bound to them (0 if none was saved), and the meta bytes.
-fn restore(files: &Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
-    let (entries, meta) = safetensors::decode(&files[PARAMS], PARAMS)?;
-    let n = entries.len();
+fn restore(mut files: Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
+    let (mut by_name, meta) = take_tensors(&mut files, PARAMS)?.ok_or_else(|| format_err(INTEGRITY, format!("does not list {PARAMS}")))?;
+    let n = by_name.len();
     let grads: Vec<bool> = json_meta(&meta, "requires_grad", PARAMS)?;
     let devices: Vec<String> = json_meta(&meta, "devices", PARAMS)?;
     if grads.len() != n || devices.len() != n {
         return Err(format_err(PARAMS, "metadata does not describe every tensor"));
     }
-    let mut by_name: BTreeMap<String, Entry<'_>> = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
     let b = backend::active_built()?;
     let mut made = Made(Vec::with_capacity(n));
     let mut opt_state_entries = Vec::new();
     for i in 0..n {
-        let e = by_name.remove(&format!("param_{i}")).ok_or_else(|| format_err(PARAMS, format!("param_{i} is missing")))?;
+        let cpu = by_name.remove(&format!("param_{i}")).ok_or_else(|| format_err(PARAMS, format!("param_{i} is missing")))?;
         let dev = device_of(&devices[i])?;
         b.check_device(dev)?;
-        let raw = imp::from_bytes(e.data, &e.shape, e.dtype, dev)?;
+        let raw = placed(cpu, dev)?;
         if grads[i] {
             imp::set_requires_grad(&raw)?;
         }
         made.0.push(tensor::register(b, raw)?);
     }
-    let opt = match files.get(OPTIMIZER) {
+    let opt = match take_tensors(&mut files, OPTIMIZER)? {
         None => 0,
-        Some(bytes) => {
-            let (entries, meta) = safetensors::decode(bytes, OPTIMIZER)?;
+        Some((mut moments, meta)) => {
             let groups: Vec<Value> = json_meta(&meta, "groups", OPTIMIZER)?;
             let steps: BTreeMap<String, u64> = json_meta(&meta, "steps", OPTIMIZER)?;
-            let mut moments: BTreeMap<String, Entry<'_>> = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
             let mut gs = Vec::new();
             for g in &groups {
                 let f = |k: &str| g.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(OPTIMIZER, format!("group has no {k:?}")));
@@ -258,27 +329,28 @@ fn restore(files: &Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
                 let h = *made.0.get(idx).ok_or_else(|| format_err(OPTIMIZER, format!("state for param {idx} of {n}")))?;
                 let dev = device_of(&devices[idx])?;
                 let mut take = |name: String| -> Result<imp::Raw> {
-                    let e = moments.remove(&name).ok_or_else(|| format_err(OPTIMIZER, format!("{name} is missing")))?;
-                    imp::from_bytes(e.data, &e.shape, e.dtype, dev)
+                    let cpu = moments.remove(&name).ok_or_else(|| format_err(OPTIMIZER, format!("{name} is missing")))?;
+                    placed(cpu, dev)
                 };
                 opt_state_entries.push((h, step, take(format!("exp_avg.{idx}"))?, take(format!("exp_avg_sq.{idx}"))?));
             }
             optim::import(gs, opt_state_entries)?
         }
     };
-    Ok((made.keep(), opt, files[META].clone()))
+    let meta = bytes_of(&files, META).ok_or_else(|| format_err(INTEGRITY, format!("does not list {META}")))?.to_vec();
+    Ok((made.keep(), opt, meta))
 }
 
 pub fn load(dir: &str) -> Result<(Vec<i64>, i64, Vec<u8>)> {
     let snap = fsutil::latest(Path::new(dir))?;
-    restore(&read_verified(&snap, None)?)
+    restore(read_verified(&snap, None)?)
 }
 
 /// A new scaler with the state saved in the latest snapshot of `dir`.
 pub fn load_scaler(dir: &str) -> Result<i64> {
     let snap = fsutil::latest(Path::new(dir))?;
     let files = read_verified(&snap, None)?;
-    let bytes = files.get(SCALER).ok_or_else(|| crate::err!(E_CKPT_MISSING, "{} has no {SCALER}", snap.display()))?;
+    let bytes = bytes_of(&files, SCALER).ok_or_else(|| crate::err!(E_CKPT_MISSING, "{} has no {SCALER}", snap.display()))?;
     let v: Value = serde_json::from_slice(bytes).map_err(|e| format_err(SCALER, e))?;
     let f = |k: &str| v.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(SCALER, format!("no number {k:?}")));
     let i = |k: &str| v.get(k).and_then(Value::as_i64).ok_or_else(|| format_err(SCALER, format!("no integer {k:?}")));
@@ -366,6 +438,6 @@ pub fn load_ranked(dir: &str, rank: i64) -> Result<(Vec<i64>, i64, Vec<u8>)> {
     if !shard.is_dir() {
         crate::bail!(E_CKPT_MISSING, "rank{rank} is missing from {}", snap.display());
     }
-    restore(&read_verified(&shard, Some(&expected))?)
+    restore(read_verified(&shard, Some(&expected))?)
 }
 

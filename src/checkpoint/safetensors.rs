@@ -11,12 +11,13 @@ use crate::error::Result;
 /// Headers larger than this are refused before anything is allocated for them.
 const MAX_HEADER: u64 = 64 << 20;
 
-/// A tensor as stored: its bytes borrowed from the file being read.
-pub struct Entry<'a> {
+/// Where a tensor lies in the data section, as the header says.
+pub struct Layout {
     pub name: String,
     pub dtype: DType,
     pub shape: Vec<i64>,
-    pub data: &'a [u8],
+    pub begin: u64,
+    pub end: u64,
 }
 
 /// What the header says of a tensor about to be written.
@@ -81,23 +82,26 @@ pub fn header(specs: &[Spec], metadata: &BTreeMap<String, String>) -> Vec<u8> {
     out
 }
 
-/// Parses a whole file; `what` names it in errors (`E_CKPT_FORMAT`).
-pub fn decode<'a>(bytes: &'a [u8], what: &str) -> Result<(Vec<Entry<'a>>, BTreeMap<String, String>)> {
+/// The header length from the 8-byte prefix of a `file_len`-byte file,
+/// refused before anything is allocated for it when it cannot be right.
+pub fn header_len(prefix: [u8; 8], file_len: u64, what: &str) -> Result<usize> {
+    let n = u64::from_le_bytes(prefix);
+    if n > MAX_HEADER || n > file_len.saturating_sub(8) {
+        crate::bail!(E_CKPT_FORMAT, "{what}: header length {n} exceeds the file ({file_len} bytes) or the {MAX_HEADER}-byte limit");
+    }
+    Ok(n as usize)
+}
+
+/// Parses the JSON header of a file whose data section holds `data_len`
+/// bytes; `what` names the file in errors (`E_CKPT_FORMAT`). The layouts come
+/// back in data order, each inside the data section and none overlapping, so
+/// a reader allocates no more than the file holds.
+pub fn parse_header(header: &[u8], data_len: u64, what: &str) -> Result<(Vec<Layout>, BTreeMap<String, String>)> {
     let bad = |why: String| crate::err!(E_CKPT_FORMAT, "{what}: {why}");
-    if bytes.len() < 8 {
-        return Err(bad(format!("{} bytes is too short for a safetensors file", bytes.len())));
-    }
-    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
-    if n > MAX_HEADER || n > (bytes.len() - 8) as u64 {
-        return Err(bad(format!("header length {n} exceeds the file ({} bytes) or the {MAX_HEADER}-byte limit", bytes.len())));
-    }
-    let header_end = 8 + n as usize;
     let header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(&bytes[8..header_end]).map_err(|e| bad(format!("header is not a JSON object: {e}")))?;
-    let data = &bytes[header_end..];
+        serde_json::from_slice(header).map_err(|e| bad(format!("header is not a JSON object: {e}")))?;
     let mut metadata = BTreeMap::new();
-    let mut entries = Vec::new();
-    let mut spans = Vec::new();
+    let mut layouts = Vec::new();
     for (name, v) in header {
         if name == "__metadata__" {
             let m = v.as_object().ok_or_else(|| bad("__metadata__ is not an object".into()))?;
@@ -122,24 +126,23 @@ pub fn decode<'a>(bytes: &'a [u8], what: &str) -> Result<(Vec<Entry<'a>>, BTreeM
             .filter(|o: &Vec<u64>| o.len() == 2)
             .ok_or_else(|| bad(format!("tensor {name:?} has invalid data_offsets")))?;
         let (begin, end) = (offs[0], offs[1]);
-        if begin > end || end > data.len() as u64 {
-            return Err(bad(format!("tensor {name:?} spans bytes {begin}..{end} of a {}-byte data section", data.len())));
+        if begin > end || end > data_len {
+            return Err(bad(format!("tensor {name:?} spans bytes {begin}..{end} of a {data_len}-byte data section")));
         }
         let numel = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
         let want = numel.and_then(|n| n.checked_mul(dtype.size() as u64));
         if want != Some(end - begin) {
             return Err(bad(format!("tensor {name:?}: {} bytes do not hold shape {shape:?} of {dname}", end - begin)));
         }
-        spans.push((begin, end, name.clone()));
-        entries.push(Entry { name, dtype, shape, data: &data[begin as usize..end as usize] });
+        layouts.push(Layout { name, dtype, shape, begin, end });
     }
-    spans.sort();
-    for w in spans.windows(2) {
-        if w[1].0 < w[0].1 {
-            return Err(bad(format!("tensors {:?} and {:?} overlap", w[0].2, w[1].2)));
+    layouts.sort_by_key(|l| (l.begin, l.end));
+    for w in layouts.windows(2) {
+        if w[1].begin < w[0].end {
+            return Err(bad(format!("tensors {:?} and {:?} overlap", w[0].name, w[1].name)));
         }
     }
-    Ok((entries, metadata))
+    Ok((layouts, metadata))
 }
 
 #[cfg(test)]
@@ -151,23 +154,19 @@ mod tests {
         let e = Spec { name: "param_0".into(), dtype: DType::F32, shape: vec![2], nbytes: 8 };
         let mut meta = BTreeMap::new();
         meta.insert("k".to_string(), "v".to_string());
-        let mut bytes = header(&[e], &meta);
-        bytes.extend_from_slice(&[0, 0, 128, 63, 0, 0, 0, 64]);
-        let (back, m) = decode(&bytes, "t").unwrap();
-        assert_eq!(back[0].data, &[0, 0, 128, 63, 0, 0, 0, 64]);
+        let bytes = header(&[e], &meta);
+        let n = header_len(bytes[..8].try_into().unwrap(), bytes.len() as u64 + 8, "t").unwrap();
+        assert_eq!(n + 8, bytes.len());
+        let (back, m) = parse_header(&bytes[8..], 8, "t").unwrap();
+        assert_eq!((back[0].name.as_str(), back[0].begin, back[0].end, &back[0].shape), ("param_0", 0, 8, &vec![2]));
         assert_eq!(m["k"], "v");
-        let mut huge = bytes.clone();
-        huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(decode(&huge, "t").err().unwrap().detail.contains("exceeds"));
+        assert!(header_len(u64::MAX.to_le_bytes(), 100, "t").err().unwrap().detail.contains("exceeds"));
+        assert!(header_len(8u64.to_le_bytes(), 4, "t").is_err());
         let forged = br#"{"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
-        let mut f = (forged.len() as u64).to_le_bytes().to_vec();
-        f.extend_from_slice(forged);
-        f.extend_from_slice(&[0u8; 8]);
-        assert!(decode(&f, "t").err().unwrap().detail.contains("spans bytes 0..16"));
+        assert!(parse_header(forged, 8, "t").err().unwrap().detail.contains("spans bytes 0..16"));
         let wrong = br#"{"x":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}}"#;
-        let mut w = (wrong.len() as u64).to_le_bytes().to_vec();
-        w.extend_from_slice(wrong);
-        w.push(0);
-        assert!(decode(&w, "t").err().unwrap().detail.contains("unsupported dtype \"Q4\""));
+        assert!(parse_header(wrong, 1, "t").err().unwrap().detail.contains("unsupported dtype \"Q4\""));
+        let overlap = br#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}"#;
+        assert!(parse_header(overlap, 3, "t").err().unwrap().detail.contains("overlap"));
     }
 }

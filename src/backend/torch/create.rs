@@ -4,7 +4,7 @@ use super::{kind, tdevice, torch_err, Raw};
 use crate::backend::Init;
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 pub fn cuda_device_count() -> i64 {
     tch::Cuda::device_count()
@@ -33,5 +33,24 @@ pub fn from_bytes(bytes: &[u8], shape: &[i64], dtype: DType, dev: Device) -> Res
         Device::Cpu => t,
         _ => t.f_to_device(tdevice(dev)).map_err(torch_err)?,
     };
+    Ok(Raw(t))
+}
+
+/// A new CPU tensor whose elements are written by `fill` (given exactly
+/// numel × itemsize bytes) before anyone else sees it: checkpoint loads read
+/// files straight into tensor storage. Errors of `fill` come back as they are.
+pub fn filled_cpu<E: From<Error>>(
+    shape: &[i64],
+    dtype: DType,
+    fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+) -> std::result::Result<Raw, E> {
+    let t = tch::Tensor::f_empty(shape, (kind(dtype), tch::Device::Cpu)).map_err(torch_err)?;
+    let n = t.numel() * dtype.size();
+    if n == 0 {
+        return fill(&mut []).map(|_| Raw(t));
+    }
+    // SAFETY: a fresh contiguous CPU tensor of `n` bytes that nothing else
+    // references yet; the slice does not outlive this call.
+    fill(unsafe { std::slice::from_raw_parts_mut(t.data_ptr().cast::<u8>(), n) })?;
     Ok(Raw(t))
 }
