@@ -43,7 +43,8 @@ rust-test: build
 nofeature-test:
 	cargo test --no-default-features
 
-python-test: build
+# The multi-rank tests launch build/capi/dist_worker under torchrun.
+python-test: build build/capi/dist_worker
 	python -m pytest python/tests -q
 
 # The client-loop test loads the library with dlopen, as the Enkai runtime does.

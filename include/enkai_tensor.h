@@ -127,13 +127,31 @@ typedef enum EnkaiErrorCode {
    */
   E_CKPT_IO = 25,
   /**
-   * Distributed: multi-rank use needs ENKAI_ENABLE_DIST=1.
+   * Distributed: no longer returned (multi-rank worlds used to need ENKAI_ENABLE_DIST=1).
    */
   E_DIST_ENV_GATE = 26,
   /**
-   * Distributed: the process group failed or is not initialised.
+   * Distributed: the process group is not initialised, is already initialised, or failed
+   * in a way no more specific E_DIST_* code describes.
    */
   E_DIST = 27,
+  /**
+   * Distributed: a peer rank died or closed its connection (the group is now broken).
+   */
+  E_DIST_PEER_LOST = 28,
+  /**
+   * Distributed: a peer did not answer within the timeout (the group is now broken).
+   */
+  E_DIST_TIMEOUT = 29,
+  /**
+   * Distributed: the arguments disagree with the launcher's RANK / WORLD_SIZE environment.
+   */
+  E_DIST_ENV_MISMATCH = 30,
+  /**
+   * Distributed: the ranks called one collective with different tensors or settings, or
+   * another rank rejected its arguments; nothing was exchanged and the group stays usable.
+   */
+  E_DIST_MISMATCH = 31,
 } EnkaiErrorCode;
 
 /**
@@ -452,22 +470,70 @@ int enkai_checkpoint_load_ranked(const char *dir,
                                  size_t *meta_len);
 
 /**
- * Validates and records a world (`world` ranks, this one `rank`, on device
- * handle `device`) and seeds the RNG with `seed`. Returns 0, or 1 with
- * `E_INVALID_ARG`, `E_DIST_ENV_GATE`, `E_DIST`, `E_HANDLE_*`.
+ * Checks `rank` of `world` (and that torchrun's `RANK` / `WORLD_SIZE`, when
+ * set, agree), picks this rank's device and seeds the RNG with `seed`, as
+ * every rank must before creating a model. `device` is a device handle, or
+ * −1 for `cuda:LOCAL_RANK` when CUDA is usable and the CPU otherwise;
+ * `enkai_dist_device` hands it out. Returns 0, or 1 with `E_INVALID_ARG`,
+ * `E_DIST_ENV_MISMATCH`, `E_HANDLE_*`, `E_BACKEND_UNAVAILABLE`.
  */
 int enkai_dist_config(int64_t world, int64_t rank, int64_t device, int64_t seed);
 
 /**
- * Starts the process group. Returns 0, or 1 with `E_INVALID_ARG`,
- * `E_DIST_ENV_GATE` (world > 1 without `ENKAI_ENABLE_DIST=1`), `E_DIST`
- * (already initialised, or a multi-rank world, which this build cannot start).
+ * A new device handle (owned by the caller) on the device `enkai_dist_config`
+ * chose, or without it `cuda:LOCAL_RANK` when CUDA is usable, else the CPU.
+ * Returns 0 with `E_INVALID_ARG` (a malformed `LOCAL_RANK`) or `E_RESOURCE`.
+ */
+int64_t enkai_dist_device(void);
+
+/**
+ * Creates the process group for `rank` of `world` from the environment
+ * torchrun sets (`MASTER_ADDR`, `MASTER_PORT`, `TORCHELASTIC_USE_AGENT_STORE`,
+ * `TORCHELASTIC_RESTART_COUNT`, `GLOO_SOCKET_IFNAME`), or from
+ * `ENKAI_DIST_INIT_METHOD` (`env://`, `tcp://host:port`, `file:///path`).
+ * The timeout of every collective is `ENKAI_DIST_TIMEOUT_S` seconds (default
+ * 1800, PyTorch's). A world of 1 needs no environment. `ENKAI_ENABLE_DIST`
+ * is accepted and not needed. Returns 0, or 1 with `E_INVALID_ARG`,
+ * `E_DIST_ENV_MISMATCH` (`RANK` / `WORLD_SIZE` disagree with the
+ * arguments), `E_DIST` (already initialised, no `MASTER_ADDR`, rendezvous
+ * failed), `E_DIST_TIMEOUT` (a peer did not join in time), `E_DIST_PEER_LOST`.
  */
 int enkai_dist_init(int32_t world, int32_t rank);
 
 /**
- * Sums the listed tensors over all ranks, in place. Returns 0, or 1 with
- * `E_DIST` (not initialised), `E_INVALID_ARG`, `E_NULL_POINTER`, `E_HANDLE_*`.
+ * `enkai_dist_init` with an explicit init method (`""` = as `enkai_dist_init`,
+ * `env://`, `tcp://host:port` hosted by rank 0, or `file:///path`, a FileStore
+ * for ranks on one host) and timeout in seconds (<= 0: `ENKAI_DIST_TIMEOUT_S`,
+ * else 1800). Returns 0, or 1 with the codes of `enkai_dist_init` and
+ * `E_NULL_POINTER`.
+ *
+ * # Safety
+ * `init_method` is NULL or a NUL-terminated string.
+ */
+int enkai_dist_init_method(const char *init_method, int64_t world, int64_t rank, double timeout_s);
+
+/**
+ * This process's rank in the group, or −1 with `E_DIST` (no group) or the
+ * code of the failure that broke it.
+ */
+int64_t enkai_dist_rank(void);
+
+/**
+ * The number of ranks in the group, or −1 as `enkai_dist_rank`.
+ */
+int64_t enkai_dist_world_size(void);
+
+/**
+ * Returns once every rank has called it. Returns 0, or 1 with `E_DIST`,
+ * `E_DIST_PEER_LOST`, `E_DIST_TIMEOUT`.
+ */
+int enkai_dist_barrier(void);
+
+/**
+ * Sums the listed tensors (JSON handle list, 0 entries skipped) over all
+ * ranks, in place. Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`,
+ * `E_HANDLE_*`, `E_DTYPE` (bool), `E_DIST`, `E_DIST_MISMATCH`,
+ * `E_DIST_PEER_LOST`, `E_DIST_TIMEOUT`.
  *
  * # Safety
  * `handles` is NULL or a NUL-terminated string.
@@ -475,8 +541,9 @@ int enkai_dist_init(int32_t world, int32_t rank);
 int enkai_dist_allreduce_sum(const char *handles);
 
 /**
- * Averages the listed tensors (0 entries skipped) over all ranks, in place —
- * what data-parallel training does to gradients. Errors as `enkai_dist_allreduce_sum`.
+ * Averages the listed tensors (0 entries skipped) over all ranks, in place,
+ * as DDP averages gradients (each multiplied by 1/world, then summed).
+ * Errors as `enkai_dist_allreduce_sum`, plus `E_DTYPE` for non-floating tensors.
  *
  * # Safety
  * `handles` is NULL or a NUL-terminated string.
@@ -484,7 +551,48 @@ int enkai_dist_allreduce_sum(const char *handles);
 int enkai_dist_allreduce_sum_multi(const char *handles);
 
 /**
- * Ends the process group (a no-op when none is running). Returns 0.
+ * All-reduces the listed tensors in place with `op`: `"sum"`, `"mean"`
+ * (floating tensors only), `"max"` or `"min"`. Tensors of one dtype travel
+ * together in flat buckets. Errors as `enkai_dist_allreduce_sum_multi`.
+ *
+ * # Safety
+ * `handles` and `op` are NULL or NUL-terminated strings.
+ */
+int enkai_dist_allreduce(const char *handles, const char *op);
+
+/**
+ * Data-parallel gradient averaging, as DDP: each listed parameter's `.grad`
+ * becomes its mean over the ranks, in place. Gradients of one dtype are
+ * coalesced into flat buckets of about `bucket_mb` MiB (<= 0: 25, DDP's
+ * `bucket_cap_mb`), so hundreds of small parameters cost a few collectives.
+ * Parameters without a grad take no part (every rank must agree on which).
+ * Errors as `enkai_dist_allreduce_sum_multi`, plus `E_INVALID_ARG` for a
+ * `bucket_mb` over 1e6.
+ *
+ * # Safety
+ * `params` is NULL or a NUL-terminated string.
+ */
+int enkai_dist_allreduce_grads(const char *params, double bucket_mb);
+
+/**
+ * Overwrites the listed tensors with rank `root`'s, in place (every rank
+ * starts from rank 0's weights with root 0). Errors as
+ * `enkai_dist_allreduce_sum`, plus `E_INVALID_ARG` for a root outside the world.
+ *
+ * # Safety
+ * `handles` is NULL or a NUL-terminated string.
+ */
+int enkai_dist_broadcast(const char *handles, int64_t root);
+
+/**
+ * A new tensor (owned by the caller) of shape `[world, *shape]` whose row r
+ * is rank r's `t`. Returns 0 with `E_HANDLE_*`, `E_DIST`, `E_DIST_MISMATCH`,
+ * `E_DIST_PEER_LOST`, `E_DIST_TIMEOUT`.
+ */
+int64_t enkai_dist_all_gather(int64_t t);
+
+/**
+ * Ends the process group. Idempotent, and safe after a failure. Returns 0.
  */
 int enkai_dist_shutdown(void);
 

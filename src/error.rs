@@ -64,10 +64,20 @@ pub enum EnkaiErrorCode {
     E_CKPT_FORMAT = 24,
     /// Checkpoint: reading or writing failed.
     E_CKPT_IO = 25,
-    /// Distributed: multi-rank use needs ENKAI_ENABLE_DIST=1.
+    /// Distributed: no longer returned (multi-rank worlds used to need ENKAI_ENABLE_DIST=1).
     E_DIST_ENV_GATE = 26,
-    /// Distributed: the process group failed or is not initialised.
+    /// Distributed: the process group is not initialised, is already initialised, or failed
+    /// in a way no more specific E_DIST_* code describes.
     E_DIST = 27,
+    /// Distributed: a peer rank died or closed its connection (the group is now broken).
+    E_DIST_PEER_LOST = 28,
+    /// Distributed: a peer did not answer within the timeout (the group is now broken).
+    E_DIST_TIMEOUT = 29,
+    /// Distributed: the arguments disagree with the launcher's RANK / WORLD_SIZE environment.
+    E_DIST_ENV_MISMATCH = 30,
+    /// Distributed: the ranks called one collective with different tensors or settings, or
+    /// another rank rejected its arguments; nothing was exchanged and the group stays usable.
+    E_DIST_MISMATCH = 31,
 }
 
 pub use EnkaiErrorCode as Code;
@@ -103,6 +113,10 @@ impl Code {
             Code::E_CKPT_IO => "E_CKPT_IO",
             Code::E_DIST_ENV_GATE => "E_DIST_ENV_GATE",
             Code::E_DIST => "E_DIST",
+            Code::E_DIST_PEER_LOST => "E_DIST_PEER_LOST",
+            Code::E_DIST_TIMEOUT => "E_DIST_TIMEOUT",
+            Code::E_DIST_ENV_MISMATCH => "E_DIST_ENV_MISMATCH",
+            Code::E_DIST_MISMATCH => "E_DIST_MISMATCH",
         }
     }
 }

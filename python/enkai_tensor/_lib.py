@@ -118,9 +118,18 @@ SIGNATURES = {
     "enkai_checkpoint_load_ranked": (c_int, [c_str, c_i64, c_char_pp, c_size_p, ctypes.POINTER(c_i64), c_char_pp,
                                              c_size_p]),
     "enkai_dist_config": (c_int, [c_i64, c_i64, c_i64, c_i64]),
+    "enkai_dist_device": (c_i64, []),
     "enkai_dist_init": (c_int, [ctypes.c_int32, ctypes.c_int32]),
+    "enkai_dist_init_method": (c_int, [c_str, c_i64, c_i64, c_f64]),
+    "enkai_dist_rank": (c_i64, []),
+    "enkai_dist_world_size": (c_i64, []),
+    "enkai_dist_barrier": (c_int, []),
     "enkai_dist_allreduce_sum": (c_int, [c_str]),
     "enkai_dist_allreduce_sum_multi": (c_int, [c_str]),
+    "enkai_dist_allreduce": (c_int, [c_str, c_str]),
+    "enkai_dist_allreduce_grads": (c_int, [c_str, c_f64]),
+    "enkai_dist_broadcast": (c_int, [c_str, c_i64]),
+    "enkai_dist_all_gather": (c_i64, [c_i64]),
     "enkai_dist_shutdown": (c_int, []),
 }
 

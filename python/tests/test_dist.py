@@ -1,43 +1,176 @@
-"""The distributed entry points: a one-rank world works; larger worlds are gated."""
+"""Multi-rank training through c10d: real processes on 127.0.0.1, launched by
+torchrun (running the C worker) and by subprocess (running Python workers).
+Every wait is bounded; a rank that dies or hangs must turn into an error on
+the others, never a hang."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 import enkai_tensor as et
-from enkai_tensor._lib import lib
+import enkai_tensor.dist as dist
+from launch import finish, free_port, spawn
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+C_WORKER = ROOT / "build" / "capi" / "dist_worker"
+TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
-def call(rc):
-    if rc != 0:
-        et._raise()
+
+def events(stdout):
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def test_one_rank_world_allreduce_is_identity():
+# --- one process ------------------------------------------------------------------------------
+
+def test_one_rank_world_needs_no_environment(monkeypatch):
+    for k in ["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]:
+        monkeypatch.delenv(k, raising=False)
     t = et.randn([4])
     before = t.tolist()
-    call(lib.enkai_dist_init(1, 0))
+    dist.init(1, 0)
     try:
         with pytest.raises(et.EnkaiError) as ex:
-            call(lib.enkai_dist_init(1, 0))
+            dist.init(1, 0)
         assert ex.value.code == "E_DIST"
-        call(lib.enkai_dist_allreduce_sum_multi(b"[%d,0]" % t.handle))
-        call(lib.enkai_dist_allreduce_sum(b"[%d]" % t.handle))
+        assert (dist.rank(), dist.world_size()) == (0, 1)
+        lib = et.lib
+        assert lib.enkai_dist_allreduce_sum_multi(b"[%d,0]" % t.handle) == 0
+        dist.all_reduce([t], "sum")
+        dist.broadcast([t], 0)
+        dist.barrier()
         assert t.tolist() == before
+        g = dist.all_gather(t)
+        assert g.shape == (1, 4) and g.tolist() == [before]
+        g.free()
+        with pytest.raises(et.EnkaiError) as ex:
+            dist.broadcast([t], 1)
+        assert ex.value.code == "E_INVALID_ARG"
     finally:
-        call(lib.enkai_dist_shutdown())
-    with pytest.raises(et.EnkaiError) as ex:
-        call(lib.enkai_dist_allreduce_sum_multi(b"[%d]" % t.handle))
-    assert ex.value.code == "E_DIST"
+        dist.shutdown()
+    dist.shutdown()  # idempotent
+    for call in [lambda: dist.all_reduce([t]), dist.barrier, dist.rank]:
+        with pytest.raises(et.EnkaiError) as ex:
+            call()
+        assert ex.value.code == "E_DIST"
 
 
-def test_multi_rank_needs_the_env_gate(monkeypatch):
-    monkeypatch.delenv("ENKAI_ENABLE_DIST", raising=False)
+def test_arguments_must_agree_with_the_launcher(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for world, rank in [(2, 0), (4, 1), (1, 0)]:
+        with pytest.raises(et.EnkaiError) as ex:
+            dist.init(world, rank)
+        assert ex.value.code == "E_DIST_ENV_MISMATCH", (world, rank)
+        with pytest.raises(et.EnkaiError) as ex:
+            dist.config(world, rank)
+        assert ex.value.code == "E_DIST_ENV_MISMATCH"
     with pytest.raises(et.EnkaiError) as ex:
-        call(lib.enkai_dist_init(2, 0))
-    assert ex.value.code == "E_DIST_ENV_GATE"
-    monkeypatch.setenv("ENKAI_ENABLE_DIST", "1")
-    with pytest.raises(et.EnkaiError) as ex:
-        call(lib.enkai_dist_init(2, 0))
-    assert ex.value.code == "E_DIST"
-    with pytest.raises(et.EnkaiError) as ex:
-        call(lib.enkai_dist_init(2, 5))
+        dist.init(2, 5)
     assert ex.value.code == "E_INVALID_ARG"
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("ENKAI_ENABLE_DIST", raising=False)  # accepted, not needed
+    with pytest.raises(et.EnkaiError) as ex:
+        dist.init(2, 1)
+    assert ex.value.code == "E_DIST" and "MASTER_ADDR" in str(ex.value)
+    for bad in ["udp://x:1", "tcp://127.0.0.1", "file://"]:
+        with pytest.raises(et.EnkaiError) as ex:
+            dist.init(2, 1, bad)
+        assert ex.value.code == "E_INVALID_ARG", bad
+    with pytest.raises(et.EnkaiError) as ex:
+        dist.init(2, 1, "env://", float("nan"))
+    assert ex.value.code == "E_INVALID_ARG"
+
+
+def test_config_picks_the_local_device_and_seeds(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    dist.config(1, 0, -1, 7)
+    a = et.randn([3]).tolist()
+    d = dist.device()  # cpu here: no usable CUDA device
+    dist.config(1, 0, d, 7)
+    assert et.randn([3], dev=d).tolist() == a
+    with pytest.raises(et.EnkaiError) as ex:
+        dist.config(1, 0, 999, 7)
+    assert ex.value.code == "E_HANDLE_INVALID"
+
+
+# --- collectives over 2 and 4 ranks -----------------------------------------------------------
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_collectives_under_torchrun(world):
+    assert C_WORKER.exists(), "build it first: make build/capi/dist_worker"
+    port = free_port()
+    p = subprocess.run([str(TORCHRUN), "--no-python", "--nnodes", "1", "--nproc-per-node", str(world),
+                        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", str(C_WORKER)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("dist rank")]
+    assert p.returncode == 0 and len(lines) == world, p.stdout + p.stderr
+    assert all(line.endswith(" 0 failed") for line in lines), p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("world,init", [(2, "env://"), (4, "file")])
+def test_collectives_from_subprocesses(world, init, tmp_path):
+    extra = {"INIT_METHOD": f"file://{tmp_path / 'store'}"} if init == "file" else {}
+    out = finish(spawn(world, [sys.executable, str(HERE / "dist_worker.py"), "collectives"], **extra))
+    for rank, (rc, o, e) in enumerate(out):
+        assert rc == 0, f"rank {rank}:\n{o}\n{e}"
+        assert events(o)[-1]["ok"] and events(o)[-1]["live"]["tensors"] == 0
+
+
+# --- failures become errors, never hangs ------------------------------------------------------
+
+def wait_for_steps(procs, steps, timeout=60):
+    """Reads every rank's events until each has reported `steps` steps."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        while True:
+            assert time.monotonic() < deadline, "ranks did not reach the step"
+            line = p.stdout.readline()
+            assert line, f"rank exited early: {p.stderr.read()}"
+            if json.loads(line).get("step") == steps:
+                break
+
+
+@pytest.mark.parametrize("world,victim", [(2, 0), (4, 2)])
+def test_a_killed_rank_is_an_error_on_every_survivor(world, victim):
+    procs = spawn(world, [sys.executable, str(HERE / "dist_worker.py"), "loop"], TIMEOUT_S=60)
+    try:
+        wait_for_steps(procs, 5)
+        procs[victim].send_signal(signal.SIGKILL)
+        out = finish(procs, timeout=30)
+    finally:
+        for p in procs:
+            p.kill()
+    for rank, (rc, o, e) in enumerate(out):
+        if rank == victim:
+            continue
+        ev = events(o)
+        err = next(x for x in ev if "error" in x)
+        assert rc == 0 and ev[-1].get("exited"), f"rank {rank}:\n{o}\n{e}"
+        assert err["error"] == "E_DIST_PEER_LOST", err
+        assert err["elapsed"] < 2.0, err
+        assert err["later"] == "E_DIST_PEER_LOST" and err["later_s"] < 0.1, err
+
+
+def test_a_hung_rank_is_a_timeout_on_the_others():
+    procs = spawn(2, [sys.executable, str(HERE / "dist_worker.py"), "loop"], TIMEOUT_S=3)
+    try:
+        wait_for_steps(procs, 5)
+        procs[1].send_signal(signal.SIGSTOP)
+        rc, o, e = finish(procs[:1], timeout=30)[0]
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait(10)
+    ev = events(o)
+    err = next(x for x in ev if "error" in x)
+    assert rc == 0 and ev[-1].get("exited"), o + e
+    assert err["error"] == "E_DIST_TIMEOUT", err
+    assert err["elapsed"] < 3.0 + 2.0, err
+    assert err["later"] == "E_DIST_TIMEOUT", err

@@ -155,3 +155,34 @@ unavailable! {
 pub fn with_bytes<R>(t: &Raw, _f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
     match *t {}
 }
+
+/// No process group can exist without a backend; multi-rank worlds fail at creation.
+pub enum Group {}
+
+pub fn dist_group(_p: &crate::dist::rendezvous::Plan) -> Result<Group> {
+    Err(crate::err!(E_DIST, "multi-rank process groups need libtorch's c10d (built without the torch feature); only a world of one rank is available"))
+}
+
+pub fn dist_allreduce(g: &Group, _ts: &[&Raw], _op: i32, _prescale: f64) -> Result<()> {
+    match *g {}
+}
+
+pub fn dist_broadcast(g: &Group, _ts: &[&Raw], _root: i64) -> Result<()> {
+    match *g {}
+}
+
+pub fn dist_allgather(g: &Group, _t: &Raw, _world: i64) -> Result<Raw> {
+    match *g {}
+}
+
+pub fn dist_barrier(g: &Group) -> Result<()> {
+    match *g {}
+}
+
+pub fn dist_stack_one(t: &Raw) -> Result<Raw> {
+    match *t {}
+}
+
+pub fn gloo_layout() -> Result<[usize; 4]> {
+    Err(unavailable())
+}

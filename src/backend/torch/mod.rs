@@ -4,6 +4,7 @@
 mod autograd;
 mod create;
 mod data;
+mod dist;
 mod lm;
 mod ops;
 mod train;
@@ -11,6 +12,7 @@ mod train;
 pub use autograd::*;
 pub use create::*;
 pub use data::*;
+pub use dist::*;
 pub use lm::*;
 pub use ops::*;
 pub use train::*;

@@ -1,0 +1,100 @@
+"""One rank of a multi-process test, started by test_dist.py with RANK,
+WORLD_SIZE and MASTER_ADDR/MASTER_PORT (or an init method) in its
+environment. Prints one JSON line per event so the parent can follow it.
+
+    python dist_worker.py collectives   exact collectives through the Python API
+    python dist_worker.py loop          all-reduce every 50 ms until a collective fails
+"""
+
+import gc
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # python/
+import enkai_tensor as et  # noqa: E402
+import enkai_tensor.dist as dist  # noqa: E402
+
+RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def say(**kw):
+    print(json.dumps(dict(rank=RANK, **kw)), flush=True)
+
+
+def collectives():
+    run_collectives()
+    gc.collect()  # the tensors of run_collectives are gone: every handle must be freed
+    say(ok=True, live=et.live())
+
+
+def run_collectives():
+    dist.init(WORLD, RANK, os.environ.get("INIT_METHOD", ""), float(os.environ.get("TIMEOUT_S", "60")))
+    assert (dist.rank(), dist.world_size()) == (RANK, WORLD)
+    tri = WORLD * (WORLD + 1) // 2
+    for dt in ["fp32", "fp64", "bf16", "int64"]:
+        # integer-valued data: every result is exact whatever the summation order
+        t = et.full([3, 2], RANK + 1, dt)
+        big = et.full([70000], RANK + 1, dt)  # more than one Gloo chunk
+        dist.all_reduce([t, big], "sum")
+        assert t.tolist() == [[tri] * 2] * 3 and set(big.tolist()) == {tri}, (dt, t.tolist())
+        for op, want in [("max", WORLD), ("min", 1)]:
+            t = et.full([2], RANK + 1, dt)
+            dist.all_reduce([t], op)
+            assert t.tolist() == [want] * 2, (dt, op, t.tolist())
+    m = et.full([4], 4 * RANK, "fp32")
+    dist.all_reduce([m], "mean")
+    assert m.tolist() == [2.0 * (WORLD - 1)] * 4
+    empty = [et.zeros([0], "fp32"), et.zeros([2, 0], "int64")]
+    dist.all_reduce(empty, "sum")
+    dist.broadcast(empty, 0)
+    assert dist.all_gather(empty[0]).shape == (WORLD, 0)
+    g = dist.all_gather(et.full([], float(RANK), "fp64"))
+    assert g.tolist() == [float(r) for r in range(WORLD)]
+    w = et.full([5], float(RANK), "bf16")
+    dist.broadcast([w], WORLD - 1)
+    assert w.tolist() == [float(WORLD - 1)] * 5
+    # a bad handle on one rank: that rank gets its own error, the others E_DIST_MISMATCH
+    errors = []
+    for bad in [12345 if RANK == 1 else m, et.full([3], 1.0) if RANK == 0 else m]:
+        try:
+            dist.all_reduce([bad])
+        except et.EnkaiError as e:
+            errors.append(e.code)
+    assert errors == ["E_HANDLE_INVALID" if RANK == 1 else "E_DIST_MISMATCH", "E_DIST_MISMATCH"], errors
+    one = et.full([1], 1.0)
+    dist.all_reduce([one])  # still usable
+    assert one.tolist() == [float(WORLD)]
+    dist.barrier()
+    dist.shutdown()
+
+
+def loop():
+    dist.init(WORLD, RANK, "", float(os.environ.get("TIMEOUT_S", "60")))
+    t = et.full([1024], 1.0)
+    step = 0
+    while True:
+        start = time.monotonic()
+        try:
+            dist.all_reduce([t], "mean")
+        except et.EnkaiError as e:
+            elapsed = time.monotonic() - start
+            # the group is broken now: later calls fail at once with the same code
+            again = time.monotonic()
+            try:
+                dist.barrier()
+                later = None
+            except et.EnkaiError as e2:
+                later = e2.code
+            say(error=e.code, message=str(e), elapsed=elapsed, later=later, later_s=time.monotonic() - again)
+            dist.shutdown()
+            dist.shutdown()
+            say(exited=True)
+            return
+        step += 1
+        say(step=step)
+        time.sleep(0.05)
+
+
+{"collectives": collectives, "loop": loop}[sys.argv[1]]()

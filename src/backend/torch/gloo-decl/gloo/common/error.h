@@ -1,0 +1,2 @@
+// Declaration-only stand-in: ProcessGroupGloo.hpp includes it but uses nothing from it.
+#pragma once
