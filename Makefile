@@ -43,8 +43,8 @@ rust-test: build
 nofeature-test:
 	cargo test --no-default-features
 
-# The multi-rank tests launch build/capi/dist_worker under torchrun.
-python-test: build build/capi/dist_worker
+# The multi-rank tests launch build/capi/dist_worker and the demo under torchrun.
+python-test: build build/capi/dist_worker build/examples/train_tinylm
 	python -m pytest python/tests -q
 
 # The client-loop test loads the library with dlopen, as the Enkai runtime does.
@@ -70,6 +70,7 @@ bench: build build/bench/ops_c build/bench/tinylm_c
 	python benches/ops_compare.py build/bench/ops_c "$$(ls -t target/release/deps/ops_tch-* | grep -v '\.d$$' | head -1)"
 	python benches/tinylm_compare.py build/bench/tinylm_c
 	python benches/checkpoint_compare.py
+	python benches/dist_compare.py
 
 build/bench/%: benches/%.c include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)

@@ -1,6 +1,13 @@
 /* train_tinylm: trains a small character-level GPT on a built-in text
  * through the C ABI, with autocast (bf16 on CPU), a GradScaler, gradient
  * clipping and AdamW, then samples a few characters greedily.
+ *
+ * Data-parallel under torchrun (RANK and WORLD_SIZE set):
+ *   torchrun --no-python --standalone --nproc-per-node 2 build/examples/train_tinylm
+ * every rank starts from rank 0's weights (broadcast), trains on its own rows
+ * of each step's batch, and averages gradients each step as DDP does; rank 0
+ * prints, and every rank prints a checksum of its parameters at the end.
+ * TINYLM_STEPS overrides the number of steps (300).
  * Build: cc train_tinylm.c -Iinclude -Ltarget/release -lenkai_tensor -Wl,-rpath,$PWD/target/release */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -17,7 +24,7 @@ static const char *TEXT =
     "surrounding families, that he is considered the rightful property of some one or other of "
     "their daughters. ";
 
-enum { SEQ = 32, BATCH = 16, D = 64, LAYERS = 2, HEADS = 4, STEPS = 300 };
+enum { SEQ = 32, BATCH = 16, D = 64, LAYERS = 2, HEADS = 4 };
 
 static void fail(const char *what) {
     fprintf(stderr, "%s failed: %s\n", what, enkai_tensor_last_error());
@@ -28,6 +35,40 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* splitmix64: the text offset of a batch row is a function of (step, row) alone,
+ * so ranks draw disjoint rows and a run can be replayed from any step. */
+static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : fallback;
+}
+
+/* FNV-1a over the bytes of every fp32 parameter of a JSON handle list. */
+static uint64_t checksum(const char *list) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = list; *p;) {
+        if (*p < '0' || *p > '9') {
+            p++;
+            continue;
+        }
+        char *end;
+        int64_t t = strtoll(p, &end, 10);
+        p = end;
+        size_t n = (size_t)enkai_tensor_numel(t) * sizeof(float);
+        unsigned char *buf = malloc(n ? n : 1);
+        if (!buf || enkai_tensor_copy_to(t, buf, n)) fail("checksum");
+        for (size_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+        free(buf);
+    }
+    return h;
 }
 
 /* Frees every handle of a JSON list such as "[12,0,15]". */
@@ -55,21 +96,30 @@ int main(void) {
     snprintf(spec, sizeof spec, "{\"vocab_size\":%d,\"seq_len\":%d,\"d_model\":%d,\"n_layers\":%d,\"n_heads\":%d}",
              v, SEQ, D, LAYERS, HEADS);
 
-    int64_t dev = enkai_tensor_device("cpu");
+    int world = env_int("WORLD_SIZE", 1), rank = env_int("RANK", 0), steps = env_int("TINYLM_STEPS", 300);
+    int64_t dev;
+    if (world > 1) { /* this rank's device (cuda:LOCAL_RANK if usable, else cpu), then the group */
+        if (enkai_dist_config(world, rank, -1, 42) || !(dev = enkai_dist_device()) || enkai_dist_init(world, rank))
+            fail("dist init");
+    } else {
+        dev = enkai_tensor_device("cpu");
+    }
     char *params;
     size_t len;
     if (enkai_tensor_lm_init(spec, dev, 42, &params, &len)) fail("lm_init");
+    if (world > 1 && enkai_dist_broadcast(params, 0)) fail("broadcast"); /* everyone starts from rank 0's weights */
     int64_t opt = enkai_opt_adamw_create(params, 3e-3, 0.9, 0.95, 1e-8, 0.01);
     int64_t scaler = enkai_amp_scaler_create(65536.0, 2.0, 0.5, 2000);
     if (!opt || !scaler) fail("create");
-    printf("TinyLM: vocab %d, d_model %d, %d layers, %d heads; batch %d x seq %d\n", v, D, LAYERS, HEADS, BATCH, SEQ);
+    if (rank == 0)
+        printf("TinyLM: vocab %d, d_model %d, %d layers, %d heads; %d rank(s) x batch %d x seq %d\n", v, D, LAYERS,
+               HEADS, world, BATCH, SEQ);
 
     uint32_t in[BATCH * SEQ], tgt[BATCH * SEQ];
-    srand(7);
     double t0 = now(), window = now();
-    for (int step = 1; step <= STEPS; step++) {
+    for (int step = 1; step <= steps; step++) {
         for (int b = 0; b < BATCH; b++) {
-            size_t off = (size_t)rand() % (n - SEQ - 1);
+            size_t off = (size_t)(mix(((uint64_t)step << 32) | (uint64_t)(rank * BATCH + b)) % (n - SEQ - 1));
             for (int s = 0; s < SEQ; s++) {
                 in[b * SEQ + s] = (uint32_t)index[(unsigned char)TEXT[off + s]];
                 tgt[b * SEQ + s] = (uint32_t)index[(unsigned char)TEXT[off + s + 1]];
@@ -83,6 +133,9 @@ int main(void) {
         double l = enkai_tensor_item(loss);
         int64_t scaled = enkai_amp_scale_loss(loss, scaler);
         if (!scaled || enkai_tensor_backward(scaled)) fail("backward");
+        /* DDP's gradient mean; the grads are then identical on every rank, so
+           every rank finds the same inf and skips the same steps */
+        if (world > 1 && enkai_dist_allreduce_grads(params, 0)) fail("allreduce_grads");
         char *grads;
         if (enkai_tensor_grad_multi(params, &grads, &len)) fail("grad_multi");
         int found_inf = 0;
@@ -96,21 +149,25 @@ int main(void) {
         free_list(grads);
         enkai_tensor_free(loss);
         enkai_tensor_free(scaled);
-        if (step % 25 == 0) {
+        if (step % 25 == 0 && rank == 0) {
             double dt = now() - window;
             window = now();
-            printf("step %4d  loss %.4f  grad-norm %.3f  %8.0f tokens/s%s\n", step, l, norm, 25.0 * BATCH * SEQ / dt,
-                   found_inf ? "  (skipped: inf)" : "");
+            printf("step %4d  loss %.4f  grad-norm %.3f  %8.0f tokens/s%s\n", step, l, norm,
+                   25.0 * world * BATCH * SEQ / dt, found_inf ? "  (skipped: inf)" : "");
         }
     }
-    printf("trained %d steps in %.1f s\n", STEPS, now() - t0);
+    if (rank == 0) printf("trained %d steps in %.1f s\n", steps, now() - t0);
+    if (world > 1) {
+        fflush(stdout);
+        printf("rank %d: parameter checksum %016llx\n", rank, (unsigned long long)checksum(params));
+    }
 
     /* greedy sampling from a prompt */
-    char out[SEQ + 64];
+    char out[SEQ + 64] = "";
     const char *prompt = "It is a truth ";
     strcpy(out, prompt);
     size_t have = strlen(out);
-    while (have < sizeof out - 1 && have < strlen(prompt) + 48) {
+    while (rank == 0 && have < sizeof out - 1 && have < strlen(prompt) + 48) {
         size_t ctx = have < SEQ ? have : SEQ;
         uint32_t ids[SEQ];
         for (size_t i = 0; i < ctx; i++) ids[i] = (uint32_t)index[(unsigned char)out[have - ctx + i]];
@@ -127,13 +184,15 @@ int main(void) {
         enkai_tensor_free(last);
         enkai_tensor_free(logits);
     }
-    printf("sample: \"%s\"\n", out);
+    if (rank == 0) printf("sample: \"%s\"\n", out);
+    if (enkai_dist_shutdown()) fail("shutdown");
 
     enkai_tensor_opt_free(opt);
     enkai_amp_scaler_free(scaler);
     free_list(params);
     enkai_tensor_device_free(dev);
-    printf("live: tensors=%lld devices=%lld opts=%lld scalers=%lld\n", (long long)enkai_tensor_live_tensors(),
+    if (rank == 0)
+        printf("live: tensors=%lld devices=%lld opts=%lld scalers=%lld\n", (long long)enkai_tensor_live_tensors(),
            (long long)enkai_tensor_live_devices(), (long long)enkai_tensor_live_opts(),
            (long long)enkai_tensor_live_scalers());
     return 0;

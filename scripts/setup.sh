@@ -8,13 +8,16 @@ CACHE="${ENKAI_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/enkai_tensor}"
 VENV="${ENKAI_VENV:-$CACHE/venv-torch-$TORCH_VERSION}"
 PY="${PYTHON:-python3}"
 
-stamp="$VENV/.enkai-setup-v1"
+stamp="$VENV/.enkai-setup-v2"
 if [ ! -f "$stamp" ]; then
   echo "setup: creating $VENV (torch==$TORCH_VERSION, ~5 GB, once)" >&2
   mkdir -p "$CACHE"
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy pytest safetensors >&2
+  # nvidia-cuda-crt and -cccl: the CUDA headers ProcessGroupNCCL.hpp needs besides the
+  # runtime and NCCL headers torch brings (13.0, the CUDA of torch 2.13.0's wheel).
+  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy pytest safetensors \
+    "nvidia-cuda-crt==13.0.*" "nvidia-cuda-cccl==13.0.*" >&2
   touch "$stamp"
 fi
 

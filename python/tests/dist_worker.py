@@ -17,6 +17,13 @@ import enkai_tensor as et  # noqa: E402
 import enkai_tensor.dist as dist  # noqa: E402
 
 RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+# CUDA=1: this rank's tensors live on cuda:LOCAL_RANK (enkai_dist_config's device -1), so
+# their collectives go through NCCL.
+DEV = None
+
+
+def full(shape, value, dtype="fp32"):
+    return et.full(shape, value, dtype, DEV)
 
 
 def say(**kw):
@@ -30,40 +37,45 @@ def collectives():
 
 
 def run_collectives():
+    global DEV
+    if os.environ.get("CUDA") == "1":
+        dist.config(WORLD, RANK, -1, 0)
+        DEV = dist.device()
+        assert DEV is not None
     dist.init(WORLD, RANK, os.environ.get("INIT_METHOD", ""), float(os.environ.get("TIMEOUT_S", "60")))
     assert (dist.rank(), dist.world_size()) == (RANK, WORLD)
     tri = WORLD * (WORLD + 1) // 2
     for dt in ["fp32", "fp64", "bf16", "int64"]:
         # integer-valued data: every result is exact whatever the summation order
-        t = et.full([3, 2], RANK + 1, dt)
-        big = et.full([70000], RANK + 1, dt)  # more than one Gloo chunk
+        t = full([3, 2], RANK + 1, dt)
+        big = full([70000], RANK + 1, dt)  # more than one Gloo chunk
         dist.all_reduce([t, big], "sum")
         assert t.tolist() == [[tri] * 2] * 3 and set(big.tolist()) == {tri}, (dt, t.tolist())
         for op, want in [("max", WORLD), ("min", 1)]:
-            t = et.full([2], RANK + 1, dt)
+            t = full([2], RANK + 1, dt)
             dist.all_reduce([t], op)
             assert t.tolist() == [want] * 2, (dt, op, t.tolist())
-    m = et.full([4], 4 * RANK, "fp32")
+    m = full([4], 4 * RANK, "fp32")
     dist.all_reduce([m], "mean")
     assert m.tolist() == [2.0 * (WORLD - 1)] * 4
-    empty = [et.zeros([0], "fp32"), et.zeros([2, 0], "int64")]
+    empty = [full([0], 0), full([2, 0], 0, "int64")]
     dist.all_reduce(empty, "sum")
     dist.broadcast(empty, 0)
     assert dist.all_gather(empty[0]).shape == (WORLD, 0)
-    g = dist.all_gather(et.full([], float(RANK), "fp64"))
+    g = dist.all_gather(full([], float(RANK), "fp64"))
     assert g.tolist() == [float(r) for r in range(WORLD)]
-    w = et.full([5], float(RANK), "bf16")
+    w = full([5], float(RANK), "bf16")
     dist.broadcast([w], WORLD - 1)
     assert w.tolist() == [float(WORLD - 1)] * 5
     # a bad handle on one rank: that rank gets its own error, the others E_DIST_MISMATCH
     errors = []
-    for bad in [12345 if RANK == 1 else m, et.full([3], 1.0) if RANK == 0 else m]:
+    for bad in [12345 if RANK == 1 else m, full([3], 1.0) if RANK == 0 else m]:
         try:
             dist.all_reduce([bad])
         except et.EnkaiError as e:
             errors.append(e.code)
     assert errors == ["E_HANDLE_INVALID" if RANK == 1 else "E_DIST_MISMATCH", "E_DIST_MISMATCH"], errors
-    one = et.full([1], 1.0)
+    one = full([1], 1.0)
     dist.all_reduce([one])  # still usable
     assert one.tolist() == [float(WORLD)]
     dist.barrier()

@@ -1,6 +1,7 @@
 // PyTorch's c10d process groups behind a C interface: a TCPStore or FileStore
-// rendezvous and ProcessGroupGloo collectives, exactly the objects
-// torch.distributed builds in Python. Compiled with -DUSE_C10D_GLOO against
+// rendezvous, ProcessGroupGloo for CPU tensors and, where built
+// (ENKAI_WITH_NCCL, see dist_nccl.cpp), ProcessGroupNCCL for CUDA tensors:
+// the objects torch.distributed builds in Python. Compiled with -DUSE_C10D_GLOO against
 // the wheel's c10d headers plus the declaration-only gloo headers in
 // gloo-decl/ (the wheel has libtorch's gloo but not its headers); every gloo
 // type stays behind a pointer here, and libtorch allocates what we create
@@ -25,6 +26,13 @@
 #include <exception>
 #include <string>
 #include <vector>
+
+#ifdef ENKAI_WITH_NCCL
+namespace enkai {
+c10::intrusive_ptr<c10d::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                                            std::chrono::milliseconds timeout);
+}
+#endif
 
 namespace {
 
@@ -54,7 +62,15 @@ char* guarded(F f) {
 struct Group {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<ProcessGroupGloo> gloo;
+  c10::intrusive_ptr<c10d::Backend> nccl;  // null without NCCL or CUDA
   std::chrono::milliseconds timeout;
+
+  // NCCL for CUDA tensors when there is a NCCL group, Gloo otherwise (Gloo
+  // also handles CUDA tensors, through host copies).
+  c10d::Backend& for_tensor(const at::Tensor& t) {
+    if (nccl && t.is_cuda()) return *nccl;
+    return *gloo;
+  }
 };
 
 void wait(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout) {
@@ -122,7 +138,13 @@ char* enkai_shim_pg_create(int store_kind, const char* host, int port, int is_se
     for (size_t i = 0; i < n_ifaces; i++) options->devices.push_back(ProcessGroupGloo::createDeviceForInterface(ifaces[i]));
     if (n_ifaces == 0) options->devices.push_back(ProcessGroupGloo::createDeviceForHostname(bind_host));
     auto gloo = c10::make_intrusive<ProcessGroupGloo>(prefixed, rank, world, options);
-    *out = new Group{store, gloo, timeout};
+    c10::intrusive_ptr<c10d::Backend> nccl;
+#ifdef ENKAI_WITH_NCCL
+    // Communicators are created lazily, at a group's first CUDA collective.
+    if (at::hasCUDA())
+      nccl = enkai::make_nccl(c10::make_intrusive<c10d::PrefixStore>("nccl/", prefixed), rank, world, timeout);
+#endif
+    *out = new Group{store, gloo, nccl, timeout};
   });
 }
 
@@ -146,7 +168,7 @@ char* enkai_shim_pg_allreduce(void* g, at::Tensor* const* ts, size_t n, int op, 
     c10d::AllreduceOptions o;
     o.reduceOp = reduce_op(op);
     o.timeout = group->timeout;
-    wait(group->gloo->allreduce(list, o), group->timeout);
+    wait(group->for_tensor(flat).allreduce(list, o), group->timeout);
     unflatten(flat, ts, n);
   });
 }
@@ -161,7 +183,7 @@ char* enkai_shim_pg_broadcast(void* g, at::Tensor* const* ts, size_t n, int root
     c10d::BroadcastOptions o;
     o.rootRank = root;
     o.timeout = group->timeout;
-    wait(group->gloo->broadcast(list, o), group->timeout);
+    wait(group->for_tensor(flat).broadcast(list, o), group->timeout);
     unflatten(flat, ts, n);
   });
 }
@@ -176,7 +198,7 @@ char* enkai_shim_pg_allgather(void* g, at::Tensor* t, int world, at::Tensor** ou
     for (int i = 0; i < world; i++) outs[0].push_back(at::empty_like(in[0]));
     c10d::AllgatherOptions o;
     o.timeout = group->timeout;
-    wait(group->gloo->allgather(outs, in, o), group->timeout);
+    wait(group->for_tensor(in[0]).allgather(outs, in, o), group->timeout);
     *out = new at::Tensor(at::stack(outs[0]));
   });
 }
