@@ -9,6 +9,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/backend/torch/shim.cpp");
     println!("cargo:rerun-if-changed=src/backend/torch/dist_shim.cpp");
+    println!("cargo:rerun-if-changed=src/backend/torch/shim_guard.h");
     println!("cargo:rerun-if-changed=src/backend/torch/gloo-decl");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else { return };
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");

@@ -238,31 +238,63 @@ fn entry(call: &str, t: &imp::Raw, op: Option<ReduceOp>) -> Result<Entry> {
     Ok(Entry { dtype, device: imp::device(t), numel: Some(crate::tensor::numel_of(&imp::shape(t))?) })
 }
 
-fn entries<'a>(call: &str, raws: &[&'a imp::Raw], op: Option<ReduceOp>) -> Result<Vec<Entry>> {
-    raws.iter().map(|t| entry(call, t, op)).collect()
+/// A collective in three steps: `prepare` makes this rank's checks and
+/// returns what it needs plus the settings and entries every rank must agree
+/// on (nothing moves yet); `agree` compares them across ranks; `run` moves data.
+fn collective<P, R>(
+    call: &'static str,
+    prepare: impl FnOnce(&Up) -> Result<(P, Vec<i64>, Vec<Entry>)>,
+    run: impl FnOnce(&Up, P, Vec<Entry>) -> Result<R>,
+) -> Result<R> {
+    with_group(call, |up| {
+        let local = prepare(up);
+        let sig = local.as_ref().map(|(_, settings, es)| plan::signature(call, settings, es));
+        agree(up, call, sig.map_err(Clone::clone))?;
+        let (p, _, es) = local?;
+        run(up, p, es)
+    })
 }
 
-/// All-reduces `raws` bucket by bucket; `entries[i]` describes `raws[i]`.
-fn allreduce_buckets(up: &Up, call: &str, raws: &[&imp::Raw], entries: &[Entry], op: ReduceOp, cap: usize) -> Result<()> {
+/// The tensors of a handle list and their entries, checked for `op`.
+fn listed(call: &str, handles: &str, op: Option<ReduceOp>) -> Result<(Vec<Ref<'static, Tensor>>, Vec<Entry>)> {
+    let ts = tensors(handles)?;
+    let es = ts.iter().map(|t| entry(call, &t.raw, op)).collect::<Result<_>>()?;
+    Ok((ts, es))
+}
+
+/// Runs `f` on each bucket of `raws` (`entries[i]` describes `raws[i]`); a world of one moves nothing.
+fn each_bucket(
+    up: &Up,
+    call: &str,
+    raws: &[&imp::Raw],
+    entries: &[Entry],
+    cap: usize,
+    f: impl Fn(&imp::Group, &[&imp::Raw]) -> Result<()>,
+) -> Result<()> {
     let Some(g) = &up.group else { return Ok(()) };
-    let prescale = if op == ReduceOp::Mean { 1.0 / up.world as f64 } else { 1.0 };
     for bucket in plan::buckets(entries, cap) {
         let ts: Vec<&imp::Raw> = bucket.iter().map(|&i| raws[i]).collect();
-        imp::dist_allreduce(g, &ts, op.code(), prescale).map_err(|e| comm_err(call, e))?;
+        f(g, &ts).map_err(|e| comm_err(call, e))?;
     }
     Ok(())
+}
+
+fn allreduce_each(up: &Up, call: &str, raws: &[&imp::Raw], entries: &[Entry], op: ReduceOp, cap: usize) -> Result<()> {
+    let prescale = if op == ReduceOp::Mean { 1.0 / up.world as f64 } else { 1.0 };
+    each_bucket(up, call, raws, entries, cap, |g, ts| imp::dist_allreduce(g, ts, op.code(), prescale))
 }
 
 /// All-reduces the listed tensors in place with `op` (0 entries skipped).
 pub fn allreduce(handles: &str, op: ReduceOp) -> Result<()> {
     let call = "allreduce";
-    with_group(call, |up| {
-        let ts = tensors(handles);
-        let raws: Vec<&imp::Raw> = ts.as_deref().unwrap_or_default().iter().map(|t| &t.raw).collect();
-        let es = ts.as_ref().map_err(Clone::clone).and_then(|_| entries(call, &raws, Some(op)));
-        agree(up, call, es.as_ref().map(|es| plan::signature(call, &[op.code().into(), (op == ReduceOp::Mean).into()], es)).map_err(Clone::clone))?;
-        allreduce_buckets(up, call, &raws, &es?, op, plan::DEFAULT_BUCKET_BYTES)
-    })
+    collective(
+        call,
+        |_| listed(call, handles, Some(op)).map(|(ts, es)| (ts, vec![op.code().into(), (op == ReduceOp::Mean).into()], es)),
+        |up, ts, es| {
+            let raws: Vec<&imp::Raw> = ts.iter().map(|t| &t.raw).collect();
+            allreduce_each(up, call, &raws, &es, op, plan::DEFAULT_BUCKET_BYTES)
+        },
+    )
 }
 
 /// Averages each listed parameter's `.grad` over the ranks in place, in
@@ -277,8 +309,9 @@ pub fn allreduce_grads(params: &str, bucket_mb: f64) -> Result<()> {
     } else {
         ((bucket_mb * 1048576.0) as usize).max(1)
     };
-    with_group(call, |up| {
-        let local = || -> Result<(Vec<imp::Raw>, Vec<Entry>)> {
+    collective(
+        call,
+        |_| {
             let (mut grads, mut es) = (Vec::new(), Vec::new());
             for p in tensors(params)? {
                 match imp::grad(&p.raw)? {
@@ -289,55 +322,54 @@ pub fn allreduce_grads(params: &str, bucket_mb: f64) -> Result<()> {
                     None => es.push(Entry { numel: None, ..entry(call, &p.raw, None)? }),
                 }
             }
-            Ok((grads, es))
-        };
-        let local = local();
-        agree(up, call, local.as_ref().map(|(_, es)| plan::signature(call, &[], es)).map_err(Clone::clone))?;
-        let (grads, es) = local?;
-        // The signature covered every parameter; the buckets take those with a grad.
-        let present: Vec<Entry> = es.into_iter().filter(|e| e.numel.is_some()).collect();
-        let raws: Vec<&imp::Raw> = grads.iter().collect();
-        allreduce_buckets(up, call, &raws, &present, ReduceOp::Mean, cap)
-    })
+            Ok((grads, vec![], es))
+        },
+        |up, grads, es| {
+            // Every parameter was agreed on; the buckets take those with a grad.
+            let present: Vec<Entry> = es.into_iter().filter(|e| e.numel.is_some()).collect();
+            let raws: Vec<&imp::Raw> = grads.iter().collect();
+            allreduce_each(up, call, &raws, &present, ReduceOp::Mean, cap)
+        },
+    )
 }
 
 /// Overwrites the listed tensors with `root`'s, in place.
 pub fn broadcast(handles: &str, root: i64) -> Result<()> {
     let call = "broadcast";
-    with_group(call, |up| {
-        let ts = tensors(handles);
-        let raws: Vec<&imp::Raw> = ts.as_deref().unwrap_or_default().iter().map(|t| &t.raw).collect();
-        let es = ts.as_ref().map_err(Clone::clone).and_then(|_| {
+    collective(
+        call,
+        |up| {
+            let (ts, es) = listed(call, handles, None)?;
             if !(0..up.world).contains(&root) {
                 crate::bail!(E_INVALID_ARG, "{call}: root {root} is not a rank of a world of {}", up.world);
             }
-            entries(call, &raws, None)
-        });
-        agree(up, call, es.as_ref().map(|es| plan::signature(call, &[root], es)).map_err(Clone::clone))?;
-        let es = es?;
-        let Some(g) = &up.group else { return Ok(()) };
-        for bucket in plan::buckets(&es, plan::DEFAULT_BUCKET_BYTES) {
-            let ts: Vec<&imp::Raw> = bucket.iter().map(|&i| raws[i]).collect();
-            imp::dist_broadcast(g, &ts, root).map_err(|e| comm_err(call, e))?;
-        }
-        Ok(())
-    })
+            Ok((ts, vec![root], es))
+        },
+        |up, ts, es| {
+            let raws: Vec<&imp::Raw> = ts.iter().map(|t| &t.raw).collect();
+            each_bucket(up, call, &raws, &es, plan::DEFAULT_BUCKET_BYTES, |g, ts| imp::dist_broadcast(g, ts, root))
+        },
+    )
 }
 
 /// A new tensor `[world, *shape]` holding every rank's `h`, in rank order.
 pub fn all_gather(h: i64) -> Result<i64> {
     let call = "all_gather";
-    with_group(call, |up| {
-        let t = TENSORS.get(h);
-        let e = t.as_ref().map_err(Clone::clone).and_then(|t| entry(call, &t.raw, None));
-        agree(up, call, e.as_ref().map(|e| plan::signature(call, &[], std::slice::from_ref(e))).map_err(Clone::clone))?;
-        let t = t?;
-        let out = match &up.group {
-            Some(g) => imp::dist_allgather(g, &t.raw, up.world).map_err(|e| comm_err(call, e))?,
-            None => imp::dist_stack_one(&t.raw)?,
-        };
-        crate::tensor::register(t.backend, out)
-    })
+    collective(
+        call,
+        |_| {
+            let t = TENSORS.get(h)?;
+            let e = entry(call, &t.raw, None)?;
+            Ok((t, vec![], vec![e]))
+        },
+        |up, t, _| {
+            let out = match &up.group {
+                Some(g) => imp::dist_allgather(g, &t.raw, up.world).map_err(|e| comm_err(call, e))?,
+                None => imp::dist_stack_one(&t.raw)?,
+            };
+            crate::tensor::register(t.backend, out)
+        },
+    )
 }
 
 /// Returns once every rank has reached it.

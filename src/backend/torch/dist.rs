@@ -1,12 +1,12 @@
 //! c10d process groups through the C++ shim (dist_shim.cpp): the Gloo
 //! group, its collectives, and the layout check of the gloo declarations.
 
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::ptr::NonNull;
 
 use super::{torch_err, Raw};
 use crate::dist::rendezvous::{Plan, Store};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 type AtTensor = *mut c_void;
 
@@ -50,15 +50,9 @@ impl Drop for Group {
     }
 }
 
-/// A shim result (NULL, or a malloc'ed message we own) as `E_DIST`.
+/// Shim failures are `E_DIST`; crate::dist tells peer loss and timeouts apart.
 fn shim(msg: *mut c_char) -> Result<()> {
-    if msg.is_null() {
-        return Ok(());
-    }
-    // SAFETY: a NUL-terminated malloc'ed string, freed once here.
-    let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned();
-    unsafe { libc::free(msg.cast()) };
-    Err(crate::err!(E_DIST, "{text}"))
+    super::shim_result(msg, crate::error::Code::E_DIST)
 }
 
 fn cstr(s: &str) -> Result<CString> {
@@ -139,6 +133,6 @@ pub fn gloo_layout() -> Result<[usize; 4]> {
     let mut v = [0usize; 4];
     let [a, b, c, d] = &mut v;
     // SAFETY: four valid out-pointers.
-    shim(unsafe { enkai_shim_gloo_layout(a, b, c, d) }).map_err(|e: Error| crate::err!(E_TORCH, "{}", e.detail))?;
+    super::shim_result(unsafe { enkai_shim_gloo_layout(a, b, c, d) }, crate::error::Code::E_TORCH)?;
     Ok(v)
 }

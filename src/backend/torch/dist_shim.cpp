@@ -10,6 +10,8 @@
 // Every function catches all exceptions: nothing is thrown across the C ABI.
 // Errors come back as a malloc'ed message (NULL on success) that the caller
 // frees; c10 messages are taken without their C++ backtrace.
+#include "shim_guard.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -38,26 +40,7 @@ namespace {
 
 using c10d::ProcessGroupGloo;
 
-char* dup(const char* s) {
-  size_t n = std::strlen(s) + 1;
-  char* p = static_cast<char*>(std::malloc(n));
-  if (p) std::memcpy(p, s, n);
-  return p;
-}
-
-template <typename F>
-char* guarded(F f) {
-  try {
-    f();
-    return nullptr;
-  } catch (const c10::Error& e) {
-    return dup(e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return dup(e.what());
-  } catch (...) {
-    return dup("unknown C++ exception");
-  }
-}
+using enkai::guarded;
 
 struct Group {
   c10::intrusive_ptr<c10d::Store> store;

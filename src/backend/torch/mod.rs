@@ -37,6 +37,18 @@ pub fn unavailable() -> Error {
     crate::err!(E_BACKEND_UNAVAILABLE, "the torch backend is not available")
 }
 
+/// A C++ shim's result (NULL, or a malloc'ed message we now own) as a `Result`
+/// whose error has `code`.
+pub(crate) fn shim_result(msg: *mut std::ffi::c_char, code: crate::error::Code) -> crate::error::Result<()> {
+    if msg.is_null() {
+        return Ok(());
+    }
+    // SAFETY: the shims return NUL-terminated malloc'ed strings, freed once here.
+    let text = unsafe { std::ffi::CStr::from_ptr(msg) }.to_string_lossy().into_owned();
+    unsafe { libc::free(msg.cast()) };
+    Err(Error::new(code, text))
+}
+
 /// Converts a libtorch error into `E_TORCH`, keeping the message but not the C++ backtrace.
 pub fn torch_err(e: tch::TchError) -> Error {
     let text = e.to_string();

@@ -4,6 +4,8 @@
 // `_single_tensor_adam` (tch's addcmul_/addcdiv_ lack the `value` argument).
 // Every function catches all exceptions: nothing is thrown across the C ABI.
 // Tensors arrive as `at::Tensor*`, the representation of tch's C tensors.
+#include "shim_guard.h"
+
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
@@ -16,26 +18,7 @@
 
 namespace {
 
-char* dup(const char* s) {
-  size_t n = std::strlen(s) + 1;
-  char* p = static_cast<char*>(std::malloc(n));
-  if (p) std::memcpy(p, s, n);
-  return p;
-}
-
-template <typename F>
-char* guarded(F f) {
-  try {
-    f();
-    return nullptr;
-  } catch (const c10::Error& e) {
-    return dup(e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return dup(e.what());
-  } catch (...) {
-    return dup("unknown C++ exception");
-  }
-}
+using enkai::guarded;
 
 at::DeviceType device_type(int d) { return d == 1 ? at::kCUDA : at::kCPU; }
 

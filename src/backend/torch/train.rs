@@ -1,7 +1,7 @@
 //! Optimizer, GradScaler and autocast kernels: libtorch's own, reached through
 //! `tch` where it has them and through the C++ shim (shim.cpp) where not.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 
 use super::{torch_err, Raw};
 use crate::device::Device;
@@ -31,15 +31,8 @@ extern "C" {
     fn enkai_shim_autocast_decrement_nesting();
 }
 
-/// Turns a shim result (NULL or a malloc'ed message) into a `Result`.
 fn shim(msg: *mut c_char) -> Result<()> {
-    if msg.is_null() {
-        return Ok(());
-    }
-    // SAFETY: the shim returns a NUL-terminated malloc'ed string that we own.
-    let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned();
-    unsafe { libc::free(msg.cast()) };
-    Err(crate::err!(E_TORCH, "{text}"))
+    super::shim_result(msg, crate::error::Code::E_TORCH)
 }
 
 // The in-place ops the shim runs change the tensor's storage, never the
