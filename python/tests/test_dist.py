@@ -89,6 +89,23 @@ def test_arguments_must_agree_with_the_launcher(monkeypatch):
     assert ex.value.code == "E_INVALID_ARG"
 
 
+def test_a_master_that_never_appears_is_a_timeout_not_a_hang(monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # nobody listens there
+    for k in ["RANK", "WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE"]:
+        monkeypatch.delenv(k, raising=False)
+    start = time.monotonic()
+    with pytest.raises(et.EnkaiError) as ex:
+        dist.init(2, 1, "", 2.0)
+    assert ex.value.code == "E_DIST_TIMEOUT", ex.value
+    # c10d's TCPStore client retries its connect with backoff until the timeout and then
+    # once more (measured here: 4.8 s for 2 s), as in PyTorch; bounded all the same.
+    assert time.monotonic() - start < 2 * 2.0 + 3.0
+    with pytest.raises(et.EnkaiError) as ex:
+        dist.rank()  # nothing was created
+    assert ex.value.code == "E_DIST"
+
+
 def test_config_picks_the_local_device_and_seeds(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")
     dist.config(1, 0, -1, 7)
@@ -115,9 +132,10 @@ def test_collectives_under_torchrun(world):
     assert all(line.endswith(" 0 failed") for line in lines), p.stdout + p.stderr
 
 
-@pytest.mark.parametrize("world,init", [(2, "env://"), (4, "file")])
+@pytest.mark.parametrize("world,init", [(2, "env://"), (2, "lo"), (4, "file")])
 def test_collectives_from_subprocesses(world, init, tmp_path):
-    extra = {"INIT_METHOD": f"file://{tmp_path / 'store'}"} if init == "file" else {}
+    # "lo": Gloo on the interfaces GLOO_SOCKET_IFNAME names, as PyTorch does
+    extra = {"file": {"INIT_METHOD": f"file://{tmp_path / 'store'}"}, "lo": {"GLOO_SOCKET_IFNAME": "lo"}}.get(init, {})
     out = finish(spawn(world, [sys.executable, str(HERE / "dist_worker.py"), "collectives"], **extra))
     for rank, (rc, o, e) in enumerate(out):
         assert rc == 0, f"rank {rank}:\n{o}\n{e}"
