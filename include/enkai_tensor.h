@@ -152,6 +152,11 @@ typedef enum EnkaiErrorCode {
    * another rank rejected its arguments; nothing was exchanged and the group stays usable.
    */
   E_DIST_MISMATCH = 31,
+  /**
+   * Checkpoint: a ranked save's round did not complete (a rank did not save in time, or
+   * failed); nothing was committed and the previous `latest` stays.
+   */
+  E_CKPT_INCOMPLETE = 32,
 } EnkaiErrorCode;
 
 /**
@@ -436,12 +441,21 @@ int enkai_checkpoint_load(const char *dir,
 int64_t enkai_checkpoint_load_scaler(const char *dir);
 
 /**
- * Rank `rank`'s part of a checkpoint of a `world`-rank run: its files go to
- * `rank{rank}/` of a pending snapshot shared by the ranks saving with the
- * same `world` and `meta_json`; the last rank to finish writes
- * `manifest.json` (world size, every rank's file hashes) and switches
- * `latest`. Safe to call from several processes at once. Returns 0, or 1 with
- * the errors of `enkai_checkpoint_save` and `E_INVALID_ARG` (rank not in world).
+ * Rank `rank`'s part of a checkpoint of a `world`-rank run, a collective
+ * call: every rank saves its own params, optimizer and `meta_json` (which may
+ * differ between ranks) to `rank{rank}/` of the round, and the round becomes
+ * `latest` (with `manifest.json`: world, round, every rank's file hashes) only
+ * once every rank's shard is written. Each call returns after that commit:
+ * once every rank's save returned 0, every rank's load returns this round.
+ * With a process group (`enkai_dist_init`, world > 1) the commit goes through
+ * it: rank 0 gathers the hashes, commits, and every rank gets the same result.
+ * Without one, ranks on one host meet through the file system, and a save
+ * whose round is not complete within `ENKAI_DIST_TIMEOUT_S` (default 1800 s)
+ * withdraws its shard. Returns 0, or 1 with the errors of
+ * `enkai_checkpoint_save`, `E_INVALID_ARG` (rank not in world, or not this
+ * process's rank in the group), `E_CKPT_INCOMPLETE` (another rank failed or
+ * never saved: nothing was committed and the previous `latest` stays), and
+ * the `E_DIST_*` codes of a failing group.
  *
  * # Safety
  * As `enkai_checkpoint_save`.

@@ -78,6 +78,9 @@ pub enum EnkaiErrorCode {
     /// Distributed: the ranks called one collective with different tensors or settings, or
     /// another rank rejected its arguments; nothing was exchanged and the group stays usable.
     E_DIST_MISMATCH = 31,
+    /// Checkpoint: a ranked save's round did not complete (a rank did not save in time, or
+    /// failed); nothing was committed and the previous `latest` stays.
+    E_CKPT_INCOMPLETE = 32,
 }
 
 pub use EnkaiErrorCode as Code;
@@ -117,7 +120,31 @@ impl Code {
             Code::E_DIST_TIMEOUT => "E_DIST_TIMEOUT",
             Code::E_DIST_ENV_MISMATCH => "E_DIST_ENV_MISMATCH",
             Code::E_DIST_MISMATCH => "E_DIST_MISMATCH",
+            Code::E_CKPT_INCOMPLETE => "E_CKPT_INCOMPLETE",
         }
+    }
+}
+
+impl Code {
+    /// Every code, in number order.
+    pub const ALL: [Code; 33] = [
+        Code::E_OK, Code::E_INVALID_ARG, Code::E_NULL_POINTER, Code::E_HANDLE_INVALID, Code::E_HANDLE_STALE,
+        Code::E_HANDLE_KIND, Code::E_SHAPE, Code::E_DTYPE, Code::E_DEVICE, Code::E_BACKEND_UNKNOWN,
+        Code::E_BACKEND_UNAVAILABLE, Code::E_BACKEND_MISMATCH, Code::E_TORCH, Code::E_INTERNAL, Code::E_RESOURCE,
+        Code::E_AUTOGRAD, Code::E_NOT_FINITE, Code::E_AMP_INVALID_SCALE, Code::E_AMP_INVALID_GROWTH_FACTOR,
+        Code::E_AMP_INVALID_BACKOFF_FACTOR, Code::E_AMP_INVALID_GROWTH_INTERVAL, Code::E_AMP_STATE,
+        Code::E_CKPT_MISSING, Code::E_CKPT_HASH_MISMATCH, Code::E_CKPT_FORMAT, Code::E_CKPT_IO,
+        Code::E_DIST_ENV_GATE, Code::E_DIST, Code::E_DIST_PEER_LOST, Code::E_DIST_TIMEOUT, Code::E_DIST_ENV_MISMATCH,
+        Code::E_DIST_MISMATCH, Code::E_CKPT_INCOMPLETE,
+    ];
+}
+
+impl Error {
+    /// Parses the `E_CODE: detail` text of an error (as another rank reported it).
+    pub fn parse(text: &str) -> Option<Error> {
+        let (name, detail) = text.split_once(": ")?;
+        let code = Code::ALL.into_iter().find(|c| c.name() == name && *c != Code::E_OK)?;
+        Some(Error::new(code, detail))
     }
 }
 
@@ -199,4 +226,19 @@ pub fn last_code() -> Code {
 /// Pointer into this thread's last-error buffer, or NULL when there is none.
 pub fn last_ptr() -> *const c_char {
     LAST.with(|l| l.text.borrow().as_ref().map_or(std::ptr::null(), |s| s.as_ptr()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_lists_every_code_in_number_order_and_parse_reads_names_back() {
+        for (i, c) in Code::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+        let e = Error::parse("E_CKPT_INCOMPLETE: rank 1: x: y").unwrap();
+        assert_eq!((e.code, e.detail.as_str()), (Code::E_CKPT_INCOMPLETE, "rank 1: x: y"));
+        assert!(Error::parse("E_NOPE: x").is_none() && Error::parse("E_OK: x").is_none() && Error::parse("plain").is_none());
+    }
 }

@@ -109,4 +109,41 @@ def loop():
         time.sleep(0.05)
 
 
-{"collectives": collectives, "loop": loop}[sys.argv[1]]()
+def ckpt():
+    """Ranked saves committed through the group, with rank-specific meta."""
+    d = os.environ["CKPT_DIR"]
+    dist.init(WORLD, RANK, "", 60)
+    p = full([4], 10 * RANK + 1).require_grad()
+    params = [p, full([2], RANK, "int64")]
+    opt = et.AdamW([p])
+    (p * p).sum().backward()
+    opt.step()
+    meta = json.dumps({"rank": RANK, "loader": "x" * (50 * RANK)})
+    for step in [1, 2]:
+        et.checkpoint_save_ranked(d, RANK, WORLD, params, opt, meta[:-1] + ', "step": %d}' % step)
+        # every rank returned only after the commit: its own shard of this round loads at once
+        ps, o, m = et.checkpoint_load_ranked(d, RANK)
+        assert json.loads(m) == dict(json.loads(meta), step=step) and o is not None
+        assert ps[1].tolist() == [RANK] * 2 and ps[0].tolist() == p.tolist()
+    # one rank cannot save: every rank fails, and the previous round stays latest
+    codes = []
+    for bad in [[12345] if RANK == 1 else params, params]:
+        try:
+            et.checkpoint_save_ranked(d, RANK, WORLD, bad, opt, "{}" if bad is params else "{")
+            codes.append(None)
+        except et.EnkaiError as e:
+            codes.append(e.code)
+    assert codes == ["E_HANDLE_INVALID" if RANK == 1 else "E_CKPT_INCOMPLETE", None], codes
+    # the ranks' arguments must match the group (checked before anything is written)
+    try:
+        et.checkpoint_save_ranked(d, (RANK + 1) % WORLD, WORLD, params, opt, "{}")
+        codes.append(None)
+    except et.EnkaiError as e:
+        codes.append(e.code)
+    assert codes[-1] == "E_INVALID_ARG", codes
+    assert et.checkpoint_load_ranked(d, RANK)[2] == b"{}"
+    dist.shutdown()
+    say(ok=True)
+
+
+{"collectives": collectives, "loop": loop, "ckpt": ckpt}[sys.argv[1]]()

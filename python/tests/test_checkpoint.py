@@ -280,24 +280,67 @@ def test_four_ranks_save_concurrently_and_each_loads_its_shard(tmp_path):
     assert ex.value.code == "E_INVALID_ARG"
 
 
-def test_rounds_that_lost_a_rank_are_swept_by_the_next_complete_round(tmp_path):
-    def save(r, world, step):
-        p = subprocess.run([sys.executable, str(CHILD), "rank", str(tmp_path), str(r), str(world), str(step)])
-        assert p.returncode == 0
+def ranks_save(tmp_path, world, step, metas=None, ranks=None, **env):
+    """Starts one ranked-save process per rank (all of `ranks`, default every rank)."""
+    env = dict(os.environ, **{k: str(v) for k, v in env.items()})
+    return {r: subprocess.Popen([sys.executable, str(CHILD), "rank", str(tmp_path), str(r), str(world), str(step)]
+                                + ([metas[r]] if metas else []), env=env, stdout=subprocess.PIPE, text=True)
+            for r in (ranks if ranks is not None else range(world))}
 
-    save(0, 2, 1)  # rank 1 never saves step 1: that round cannot complete
-    (old,) = [p for p in tmp_path.iterdir() if p.name.startswith(".pending-")]
-    past = time.time() - 60
-    os.utime(old, (past, past))
-    save(0, 2, 2)
-    (new,) = [p for p in tmp_path.iterdir() if p.name.startswith(".pending-") and p != old]
-    dead = new / ".staging-rank1-999999999-1"  # a rank 1 killed mid-write
-    dead.mkdir()
-    save(1, 2, 2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "latest", "snap-000001"]
-    assert sorted(p.name for p in (tmp_path / "snap-000001").iterdir()) == ["manifest.json", "rank0", "rank1"]
-    for r in range(2):
-        assert et.checkpoint_load_ranked(tmp_path, r)[2] == b'{"step": 2}'
+
+def outcomes(procs, timeout=120):
+    return {r: (p.wait(timeout=timeout), p.stdout.read().strip()) for r, p in procs.items()}
+
+
+@pytest.mark.parametrize("metas", [
+    ['{"r":0}', '{"r":1}', '{"r":2}'],  # the reported case: each rank's loader position
+    ['{"r":0}', '{"loader": "' + "x" * 300 + '", "r": 1}', '[2, "two", {"deep": [null]}]'],
+], ids=["per-rank", "lengths-and-shapes"])
+def test_ranks_saving_different_meta_complete_one_round(tmp_path, metas):
+    # Once every rank's save has returned 0, every rank's load returns that round.
+    assert outcomes(ranks_save(tmp_path, 3, 5, metas)) == {r: (0, "") for r in range(3)}
+    for r in range(3):
+        ps, opt, meta = et.checkpoint_load_ranked(tmp_path, r)
+        assert meta == metas[r].encode() and opt is not None
+        assert to_torch(ps[1]).tolist() == [r] * 5 and to_torch(ps[2]).tolist() == [5]
+    # a second round the same way becomes the new latest
+    assert outcomes(ranks_save(tmp_path, 3, 6, metas)) == {r: (0, "") for r in range(3)}
+    assert to_torch(et.checkpoint_load_ranked(tmp_path, 2)[0][2]).tolist() == [6]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith((".round-", ".pending-", ".staging"))]
+
+
+def test_a_round_a_rank_never_joins_fails_and_keeps_latest(tmp_path):
+    assert outcomes(ranks_save(tmp_path, 2, 1)) == {0: (0, ""), 1: (0, "")}
+    start = time.monotonic()
+    ((rc, out),) = outcomes(ranks_save(tmp_path, 2, 2, ranks=[0], ENKAI_DIST_TIMEOUT_S=1)).values()
+    assert rc == 3 and out.startswith("E_CKPT_INCOMPLETE") and "[1]" in out, out
+    assert time.monotonic() - start < 30
+    for r in range(2):  # the previous round is still the one every rank loads
+        assert et.checkpoint_load_ranked(tmp_path, r)[2] == b'{"step": 1}'
+    (pending,) = [p for p in tmp_path.iterdir() if p.name.startswith(".round-")]
+    assert not (pending / "rank0").exists()  # the failed save withdrew its shard
+    # the next complete round commits and sweeps the abandoned one
+    assert outcomes(ranks_save(tmp_path, 2, 3)) == {0: (0, ""), 1: (0, "")}
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("snap-")) == [".lock", "latest"]
+    assert et.checkpoint_load_ranked(tmp_path, 1)[2] == b'{"step": 3}'
+
+
+def test_a_dead_writers_shard_never_completes_a_round(tmp_path):
+    assert outcomes(ranks_save(tmp_path, 2, 1)) == {0: (0, ""), 1: (0, "")}
+    (victim,) = ranks_save(tmp_path, 2, 2, ranks=[1]).values()
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".round-*/rank1")):  # its shard is in; it waits for rank 0
+        assert time.monotonic() < deadline and victim.poll() is None
+        time.sleep(0.01)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    # rank 0 alone must not complete the round with the dead rank's shard
+    ((rc, out),) = outcomes(ranks_save(tmp_path, 2, 2, ranks=[0], ENKAI_DIST_TIMEOUT_S=1)).values()
+    assert rc == 3 and out.startswith("E_CKPT_INCOMPLETE"), out
+    assert et.checkpoint_load_ranked(tmp_path, 0)[2] == b'{"step": 1}'
+    # the restarted attempt completes it with fresh shards
+    assert outcomes(ranks_save(tmp_path, 2, 2)) == {0: (0, ""), 1: (0, "")}
+    assert [et.checkpoint_load_ranked(tmp_path, r)[2] for r in range(2)] == [b'{"step": 2}'] * 2
 
 
 def test_sigkill_at_random_moments_never_loses_the_checkpoint(tmp_path):

@@ -142,6 +142,15 @@ def test_collectives_from_subprocesses(world, init, tmp_path):
         assert events(o)[-1]["ok"] and events(o)[-1]["live"]["tensors"] == 0
 
 
+def test_ranked_checkpoints_commit_through_the_group(tmp_path):
+    out = finish(spawn(3, [sys.executable, str(HERE / "dist_worker.py"), "ckpt"], CKPT_DIR=tmp_path))
+    for rank, (rc, o, e) in enumerate(out):
+        assert rc == 0 and events(o)[-1]["ok"], f"rank {rank}:\n{o}\n{e}"
+    manifest = json.loads((tmp_path / "latest" / "manifest.json").read_text())
+    assert manifest["world"] == 3 and sorted(manifest["ranks"]) == ["0", "1", "2"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("snap-")) == [".lock", "latest"]
+
+
 # --- failures become errors, never hangs ------------------------------------------------------
 
 def wait_for_steps(procs, steps, timeout=60):

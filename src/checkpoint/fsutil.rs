@@ -22,10 +22,6 @@ pub fn read_required(path: &Path) -> Result<Vec<u8>> {
     })
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
 /// Writes `bytes` to a new file and fsyncs it.
 pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = File::create(path).map_err(|e| io_err("create", path, e))?;
@@ -180,6 +176,11 @@ fn snapshots(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
+/// The number of the newest snapshot in `dir`, 0 when there is none.
+pub fn last_snapshot(dir: &Path) -> Result<u64> {
+    Ok(snapshots(dir)?.last().map_or(0, |(n, _)| *n))
+}
+
 /// The snapshot `latest` points to.
 pub fn latest(dir: &Path) -> Result<PathBuf> {
     let link = dir.join("latest");
@@ -240,31 +241,6 @@ pub fn sweep_stale(dir: &Path) -> Result<()> {
         if !alive {
             let p = e.path();
             let _ = if p.is_dir() && !p.is_symlink() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
-        }
-    }
-    Ok(())
-}
-
-/// Removes ranked rounds that can no longer complete: `.pending-*`
-/// directories other than `current` with no live writer that last changed
-/// before `round_began`. Ranks save in lockstep, so an incomplete round older
-/// than one that just completed lost a rank to a crash and would otherwise
-/// hold its shards forever. Called with the directory lock held.
-pub fn sweep_abandoned_rounds(dir: &Path, current: &Path, round_began: std::time::SystemTime) -> Result<()> {
-    for e in fs::read_dir(dir).map_err(|e| io_err("list", dir, e))?.flatten() {
-        let path = e.path();
-        let is_round = e.file_name().to_str().is_some_and(|n| n.starts_with(".pending-"));
-        if !is_round || path == current || path.is_symlink() {
-            continue;
-        }
-        sweep_stale(&path)?;
-        let writing = fs::read_dir(&path)
-            .map_err(|e| io_err("list", &path, e))?
-            .flatten()
-            .any(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(".staging-")));
-        let idle_since = e.metadata().and_then(|m| m.modified()).map_err(|e| io_err("stat", &path, e))?;
-        if !writing && idle_since < round_began {
-            fs::remove_dir_all(&path).map_err(|e| io_err("remove", &path, e))?;
         }
     }
     Ok(())

@@ -3,14 +3,17 @@
 //! `rename`; a snapshot holds `params.safetensors`, `optimizer.safetensors`,
 //! `scaler.json` (when a scaler is saved), `meta.json` (the caller's bytes)
 //! and `integrity.json` (SHA-256 of every file, checked before any handle is
-//! made). Ranked saves put each rank's files under `rank{r}/` and list every
-//! rank's hashes in `manifest.json`.
+//! made). Ranked saves (`ranked`) put each rank's files under `rank{r}/` and
+//! list every rank's hashes in `manifest.json`.
 
 mod fsutil;
+mod ranked;
 pub mod safetensors;
 
+pub use ranked::{load_ranked, save_ranked};
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{json, Value};
 
@@ -21,7 +24,7 @@ use crate::error::Result;
 use crate::optim::{self, Hyper};
 use crate::registry::TENSORS;
 use crate::{json as ijson, tensor};
-use fsutil::{io_err, plain_name, sha256_hex};
+use fsutil::plain_name;
 
 const FORMAT: u64 = 1;
 const PARAMS: &str = "params.safetensors";
@@ -363,81 +366,3 @@ pub fn load_scaler(dir: &str) -> Result<i64> {
         interval: i("growth_interval")?,
     })
 }
-
-/// One rank's part of a ranked save. Ranks that save with the same `world`
-/// and `meta` join one pending snapshot; the last to finish writes the
-/// manifest and switches `latest`.
-pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
-    if world < 1 || !(0..world).contains(&rank) {
-        crate::bail!(E_INVALID_ARG, "rank {rank} is not in a world of {world}");
-    }
-    let plan = gather(params, opt, 0, meta.as_bytes())?;
-    let dir = Path::new(dir);
-    std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
-    let key = &sha256_hex(format!("{world}\n{meta}").as_bytes())[..16];
-    let pending = dir.join(format!(".pending-{key}"));
-    std::fs::create_dir_all(&pending).map_err(|e| io_err("create", &pending, e))?;
-    let staged = fsutil::staging(&pending, &format!("rank{rank}"))?;
-    let joined = write_files(&staged, &plan).and_then(|_| {
-        let _lock = fsutil::DirLock::take(dir)?;
-        join_round(dir, &pending, &staged, rank, world)
-    });
-    if joined.is_err() {
-        let _ = std::fs::remove_dir_all(&staged);
-    }
-    joined
-}
-
-/// Moves one rank's written shard into its round; the rank that completes the
-/// round writes the manifest and commits it. Called with the directory lock held.
-fn join_round(dir: &Path, pending: &Path, staged: &Path, rank: i64, world: i64) -> Result<()> {
-    let shard = pending.join(format!("rank{rank}"));
-    if shard.exists() {
-        std::fs::remove_dir_all(&shard).map_err(|e| io_err("replace", &shard, e))?;
-    }
-    std::fs::rename(staged, &shard).map_err(|e| io_err("rename", staged, e))?;
-    fsutil::fsync_dir(pending)?;
-    let shards: Vec<PathBuf> = (0..world).map(|r| pending.join(format!("rank{r}"))).collect();
-    if !shards.iter().all(|s| s.is_dir()) {
-        return Ok(());
-    }
-    let mut ranks = serde_json::Map::new();
-    let mut round_began = std::time::SystemTime::now();
-    for (r, shard) in shards.iter().enumerate() {
-        let integrity = std::fs::read(shard.join(INTEGRITY)).map_err(|e| io_err("read", shard, e))?;
-        let v: Value = serde_json::from_slice(&integrity).map_err(|e| format_err(INTEGRITY, e))?;
-        ranks.insert(r.to_string(), v["files"].clone());
-        let written = std::fs::metadata(shard).and_then(|m| m.modified()).map_err(|e| io_err("stat", shard, e))?;
-        round_began = round_began.min(written);
-    }
-    let manifest = json!({"format": FORMAT, "world": world, "ranks": ranks});
-    fsutil::write_synced(&pending.join(MANIFEST), manifest.to_string().as_bytes())?;
-    // Ranks killed mid-write in this round left staging behind; it must not
-    // become part of the snapshot.
-    fsutil::sweep_stale(pending)?;
-    fsutil::sweep_stale(dir)?;
-    fsutil::commit(dir, pending)?;
-    fsutil::sweep_abandoned_rounds(dir, pending, round_began)
-}
-
-pub fn load_ranked(dir: &str, rank: i64) -> Result<(Vec<i64>, i64, Vec<u8>)> {
-    let snap = fsutil::latest(Path::new(dir))?;
-    let mpath = snap.join(MANIFEST);
-    let raw = fsutil::read_required(&mpath)?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(MANIFEST, e))?;
-    let world = v.get("world").and_then(Value::as_i64).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
-    if !(0..world).contains(&rank) {
-        crate::bail!(E_INVALID_ARG, "rank {rank} is not in the saved world of {world}");
-    }
-    let ranks = v.get("ranks").and_then(Value::as_object).ok_or_else(|| format_err(MANIFEST, "no \"ranks\""))?;
-    if let Some(r) = (0..world).find(|r| !ranks.contains_key(&r.to_string())) {
-        crate::bail!(E_CKPT_MISSING, "{} does not list rank{r}", mpath.display());
-    }
-    let expected: BTreeMap<String, String> = serde_json::from_value(ranks[&rank.to_string()].clone()).map_err(|e| format_err(MANIFEST, e))?;
-    let shard = snap.join(format!("rank{rank}"));
-    if !shard.is_dir() {
-        crate::bail!(E_CKPT_MISSING, "rank{rank} is missing from {}", snap.display());
-    }
-    restore(read_verified(&shard, Some(&expected))?)
-}
-

@@ -372,6 +372,46 @@ pub fn all_gather(h: i64) -> Result<i64> {
     )
 }
 
+/// `(world, rank)` of a live group of more than one rank; `None` without
+/// one. A broken group is its error: its ranks can no longer agree on anything.
+pub fn multi_rank_group() -> Result<Option<(i64, i64)>> {
+    match &*state() {
+        State::Up(up) if up.group.is_some() => Ok(Some((up.world, up.rank))),
+        State::Broken(e) => Err(broken("checkpoint", e)),
+        _ => Ok(None),
+    }
+}
+
+/// Every rank's `mine`, in rank order (an all-gather of byte strings: their
+/// lengths first, then the bytes padded to the longest), for the library's
+/// own agreements such as a checkpoint commit.
+pub fn exchange(call: &'static str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let gather = |up: &Up, g: &imp::Group, bytes: &[u8], shape: i64, dtype: DType| -> Result<Vec<u8>> {
+        let t = imp::from_bytes(bytes, &[shape], dtype, Device::Cpu)?;
+        let all = imp::dist_allgather(g, &t, up.world).map_err(|e| comm_err(call, e))?;
+        let mut out = vec![0u8; bytes.len() * up.world as usize];
+        imp::copy_to(&all, &mut out)?;
+        Ok(out)
+    };
+    collective(
+        call,
+        |_| Ok(((), vec![], vec![])),
+        |up, (), _| {
+            let Some(g) = &up.group else { return Ok(vec![mine.to_vec()]) };
+            let lens = gather(up, g, &(mine.len() as i64).to_ne_bytes(), 1, DType::I64)?;
+            let lens: Vec<usize> = lens.chunks(8).map(|c| i64::from_ne_bytes(c.try_into().expect("8 bytes")) as usize).collect();
+            let longest = lens.iter().copied().max().unwrap_or(0);
+            if longest == 0 {
+                return Ok(vec![Vec::new(); lens.len()]);
+            }
+            let mut padded = mine.to_vec();
+            padded.resize(longest, 0);
+            let all = gather(up, g, &padded, longest as i64, DType::U8)?;
+            Ok(all.chunks(longest).zip(lens).map(|(c, n)| c[..n.min(longest)].to_vec()).collect())
+        },
+    )
+}
+
 /// Returns once every rank has reached it.
 pub fn barrier() -> Result<()> {
     let call = "barrier";

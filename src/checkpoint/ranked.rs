@@ -1,0 +1,303 @@
+//! Ranked saves: each rank writes its own shard (`rank{r}/`), and a round
+//! becomes the new `latest`, with a `manifest.json` of every rank's hashes,
+//! only once every rank's shard is in. The promise: once every rank's save of
+//! a round has returned 0, every rank's load returns that round; a save that
+//! cannot guarantee it returns an error and leaves the previous `latest`.
+//!
+//! A round's identity is the snapshot number it will take (the last one + 1),
+//! never the bytes the caller saves: ranks may save different meta. Saves are
+//! collective, so every rank of a round reads the same last snapshot.
+//!
+//! - With a process group (`enkai_dist_init` of more than one rank), the
+//!   commit goes through it as PyTorch's DCP does: every rank writes and
+//!   fsyncs its shard, rank 0 gathers every rank's file hashes, writes the
+//!   manifest and switches `latest`, and the outcome goes back to every rank,
+//!   so all return after the commit with the same result.
+//! - Without one, ranks meet through the file system (one host): the rank
+//!   that completes the round commits it, and every save waits until its
+//!   round is committed. After the timeout (`ENKAI_DIST_TIMEOUT_S`, default
+//!   1800 s) a save withdraws its shard and fails with `E_CKPT_INCOMPLETE`.
+//!   A shard whose writer died before the commit never completes a round: its
+//!   save never returned, and a restarted attempt writes a new one.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::fsutil::{self, io_err};
+use super::{format_err, gather, read_verified, restore, write_files, FORMAT, INTEGRITY, MANIFEST};
+use crate::dist;
+use crate::error::{Error, Result};
+
+fn round_dir(dir: &Path, round: u64) -> PathBuf {
+    dir.join(format!(".round-{round:06}"))
+}
+
+/// The round `latest` holds, from its manifest (0 when there is none).
+fn committed_round(dir: &Path) -> u64 {
+    let read = || -> Option<u64> {
+        let snap = fsutil::latest(dir).ok()?;
+        let v: Value = serde_json::from_slice(&std::fs::read(snap.join(MANIFEST)).ok()?).ok()?;
+        v.get("round")?.as_u64()
+    };
+    read().unwrap_or(0)
+}
+
+/// Writes this rank's shard into `pending` as `rank{rank}` (replacing one an
+/// earlier attempt left), returning its files' hashes.
+fn write_shard(pending: &Path, rank: i64, plan: &super::Plan) -> Result<Value> {
+    let staged = fsutil::staging(pending, &format!("rank{rank}"))?;
+    let written = write_files(&staged, plan).and_then(|hashes| {
+        let shard = pending.join(format!("rank{rank}"));
+        if shard.exists() {
+            std::fs::remove_dir_all(&shard).map_err(|e| io_err("replace", &shard, e))?;
+        }
+        std::fs::rename(&staged, &shard).map_err(|e| io_err("rename", &staged, e))?;
+        fsutil::fsync_dir(pending)?;
+        Ok(json!(hashes))
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&staged);
+    }
+    written
+}
+
+/// Writes the manifest into `pending` and makes it the new `latest`; older
+/// rounds that can no longer complete are removed. Called by one rank, with
+/// the directory lock held.
+fn commit_round(dir: &Path, pending: &Path, round: u64, world: i64, ranks: serde_json::Map<String, Value>) -> Result<()> {
+    let manifest = json!({"format": FORMAT, "world": world, "round": round, "ranks": ranks});
+    fsutil::write_synced(&pending.join(MANIFEST), manifest.to_string().as_bytes())?;
+    for e in std::fs::read_dir(pending).map_err(|e| io_err("list", pending, e))?.flatten() {
+        let name = e.file_name();
+        if name.to_str().is_some_and(|n| n.starts_with(".owner-") || n.starts_with(".staging-")) {
+            let _ = std::fs::remove_file(e.path()).or_else(|_| std::fs::remove_dir_all(e.path()));
+        }
+    }
+    fsutil::sweep_stale(dir)?;
+    fsutil::commit(dir, pending)?;
+    // Every rank has moved past the rounds before this one (and past the
+    // rounds of the older meta-keyed layout): none of them can complete.
+    for e in std::fs::read_dir(dir).map_err(|e| io_err("list", dir, e))?.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let old = name.strip_prefix(".round-").and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n < round)
+            || name.starts_with(".pending-");
+        if old {
+            std::fs::remove_dir_all(e.path()).map_err(|err| io_err("remove", &e.path(), err))?;
+        }
+    }
+    Ok(())
+}
+
+fn shard_hashes(pending: &Path, r: i64) -> Result<Value> {
+    let shard = pending.join(format!("rank{r}"));
+    let integrity = std::fs::read(shard.join(INTEGRITY)).map_err(|e| io_err("read", &shard, e))?;
+    let v: Value = serde_json::from_slice(&integrity).map_err(|e| format_err(INTEGRITY, e))?;
+    Ok(v["files"].clone())
+}
+
+pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
+    if world < 1 || !(0..world).contains(&rank) {
+        crate::bail!(E_INVALID_ARG, "rank {rank} is not in a world of {world}");
+    }
+    let group = dist::multi_rank_group()?;
+    if let Some((gw, gr)) = group {
+        if (gw, gr) != (world, rank) {
+            crate::bail!(E_INVALID_ARG, "save_ranked: rank {rank} of {world}, but this process is rank {gr} of {gw} in the process group");
+        }
+    }
+    let dir = Path::new(dir);
+    std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+    match group {
+        Some(_) => save_through_group(dir, rank, world, params, opt, meta),
+        None => save_through_files(dir, rank, world, params, opt, meta),
+    }
+}
+
+/// The next round: the number the next snapshot will take.
+fn next_round(dir: &Path) -> Result<u64> {
+    Ok(fsutil::last_snapshot(dir)? + 1)
+}
+
+fn save_through_group(dir: &Path, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
+    let call = "checkpoint_save_ranked";
+    // 1. Every rank writes and fsyncs its shard (or records why it could not).
+    let local = (|| -> Result<(u64, Value)> {
+        let plan = gather(params, opt, 0, meta.as_bytes())?;
+        let round = next_round(dir)?;
+        let pending = round_dir(dir, round);
+        std::fs::create_dir_all(&pending).map_err(|e| io_err("create", &pending, e))?;
+        Ok((round, write_shard(&pending, rank, &plan)?))
+    })();
+    let report = match &local {
+        Ok((round, files)) => json!({"round": round, "files": files}),
+        Err(e) => json!({"error": e.to_string()}),
+    };
+    // 2. Rank 0 collects every rank's report and commits when all succeeded.
+    let reports = dist::exchange(call, report.to_string().as_bytes())?;
+    let outcome = if rank == 0 {
+        let decided = decide(dir, world, &reports);
+        match &decided {
+            Ok(()) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    } else {
+        String::new()
+    };
+    // 3. Everyone learns rank 0's outcome.
+    let outcomes = dist::exchange(call, outcome.as_bytes())?;
+    let outcome = String::from_utf8_lossy(&outcomes[0]).into_owned();
+    if outcome.is_empty() {
+        return Ok(());
+    }
+    if let Ok((round, _)) = &local {
+        let _ = std::fs::remove_dir_all(round_dir(dir, *round).join(format!("rank{rank}")));
+    }
+    Err(local.err().unwrap_or_else(|| Error::parse(&outcome).unwrap_or_else(|| crate::err!(E_CKPT_INCOMPLETE, "{outcome}"))))
+}
+
+/// Rank 0's half of a group commit: every report must be a written shard of one round.
+fn decide(dir: &Path, world: i64, reports: &[Vec<u8>]) -> Result<()> {
+    let mut ranks = serde_json::Map::new();
+    let (mut rounds, mut failed) = (Vec::new(), None);
+    for (r, raw) in reports.iter().enumerate() {
+        let v: Value = serde_json::from_slice(raw).map_err(|e| crate::err!(E_INTERNAL, "rank {r}'s report: {e}"))?;
+        match v.get("error").and_then(Value::as_str) {
+            Some(e) => drop(failed.get_or_insert((r, e.to_string()))),
+            None => {
+                rounds.push(v.get("round").and_then(Value::as_u64).ok_or_else(|| crate::err!(E_INTERNAL, "rank {r}'s report has no round"))?);
+                ranks.insert(r.to_string(), v["files"].clone());
+            }
+        }
+    }
+    rounds.dedup();
+    let abandon = |why: Error| {
+        rounds.iter().for_each(|&n| drop(std::fs::remove_dir_all(round_dir(dir, n))));
+        Err(why)
+    };
+    if let Some((r, e)) = failed {
+        return abandon(crate::err!(E_CKPT_INCOMPLETE, "rank {r} could not save its shard ({e}); nothing was committed"));
+    }
+    let &[round] = rounds.as_slice() else {
+        return abandon(crate::err!(
+            E_CKPT_INCOMPLETE,
+            "the ranks are saving different rounds ({rounds:?}): they do not share one checkpoint directory, or one saved without the others; nothing was committed"
+        ));
+    };
+    let pending = round_dir(dir, round);
+    let _lock = fsutil::DirLock::take(dir)?;
+    let committed = commit_round(dir, &pending, round, world, ranks);
+    if committed.is_err() {
+        let _ = std::fs::remove_dir_all(&pending);
+    }
+    committed
+}
+
+fn save_through_files(dir: &Path, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
+    let plan = gather(params, opt, 0, meta.as_bytes())?;
+    let timeout = dist::rendezvous::timeout(&dist::rendezvous::ProcessEnv, 0.0)?;
+    let round = next_round(dir)?;
+    let pending = round_dir(dir, round);
+    std::fs::create_dir_all(&pending).map_err(|e| io_err("create", &pending, e))?;
+    let owner = pending.join(format!(".owner-rank{rank}"));
+    fsutil::write_synced(&owner, std::process::id().to_string().as_bytes())?;
+    let joined = write_shard(&pending, rank, &plan).and_then(|_| {
+        let _lock = fsutil::DirLock::take(dir)?;
+        try_complete(dir, &pending, round, world)
+    });
+    if let Err(e) = joined {
+        let _ = std::fs::remove_file(&owner);
+        return Err(e);
+    }
+    wait_for_commit(dir, &pending, round, rank, world, timeout)
+}
+
+/// Whether `r`'s shard is in and its writer still waits for the commit.
+fn shard_live(pending: &Path, r: i64) -> bool {
+    let pid = std::fs::read_to_string(pending.join(format!(".owner-rank{r}"))).ok().and_then(|p| p.trim().parse::<i32>().ok());
+    // SAFETY: signal 0 only asks whether the process exists.
+    let alive = pid.is_some_and(|p| p == std::process::id() as i32 || unsafe { libc::kill(p, 0) } == 0);
+    alive && pending.join(format!("rank{r}")).is_dir()
+}
+
+/// Commits the round when every rank's shard is in; a shard whose writer
+/// died is dropped. Called with the directory lock held.
+fn try_complete(dir: &Path, pending: &Path, round: u64, world: i64) -> Result<()> {
+    if !pending.is_dir() || committed_round(dir) >= round {
+        return Ok(());
+    }
+    let mut complete = true;
+    for r in 0..world {
+        if !shard_live(pending, r) {
+            complete = false;
+            let _ = std::fs::remove_dir_all(pending.join(format!("rank{r}")));
+        }
+    }
+    if !complete {
+        return Ok(());
+    }
+    let mut ranks = serde_json::Map::new();
+    for r in 0..world {
+        ranks.insert(r.to_string(), shard_hashes(pending, r)?);
+    }
+    commit_round(dir, pending, round, world, ranks)
+}
+
+fn wait_for_commit(dir: &Path, pending: &Path, round: u64, rank: i64, world: i64, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut nap = Duration::from_millis(1);
+    loop {
+        if committed_round(dir) == round {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let _lock = fsutil::DirLock::take(dir)?;
+            if committed_round(dir) == round {
+                return Ok(());
+            }
+            let missing: Vec<i64> = (0..world).filter(|&r| !shard_live(pending, r)).collect();
+            let _ = std::fs::remove_dir_all(pending.join(format!("rank{rank}")));
+            let _ = std::fs::remove_file(pending.join(format!(".owner-rank{rank}")));
+            crate::bail!(
+                E_CKPT_INCOMPLETE,
+                "round {round} in {}: rank(s) {missing:?} did not save within {:.1} s; this rank's shard was withdrawn and nothing was committed",
+                dir.display(),
+                timeout.as_secs_f64()
+            );
+        }
+        if !pending.is_dir() {
+            // The commit renames the round before it switches `latest`, all under
+            // the lock: only with the lock does a vanished round mean abandoned.
+            let _lock = fsutil::DirLock::take(dir)?;
+            if committed_round(dir) == round {
+                return Ok(());
+            }
+            crate::bail!(E_CKPT_INCOMPLETE, "round {round} in {} was abandoned: a later round was committed without it", dir.display());
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+}
+
+pub fn load_ranked(dir: &str, rank: i64) -> Result<(Vec<i64>, i64, Vec<u8>)> {
+    let snap = fsutil::latest(Path::new(dir))?;
+    let mpath = snap.join(MANIFEST);
+    let raw = fsutil::read_required(&mpath)?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(MANIFEST, e))?;
+    let world = v.get("world").and_then(Value::as_i64).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
+    if !(0..world).contains(&rank) {
+        crate::bail!(E_INVALID_ARG, "rank {rank} is not in the saved world of {world}");
+    }
+    let ranks = v.get("ranks").and_then(Value::as_object).ok_or_else(|| format_err(MANIFEST, "no \"ranks\""))?;
+    if let Some(r) = (0..world).find(|r| !ranks.contains_key(&r.to_string())) {
+        crate::bail!(E_CKPT_MISSING, "{} does not list rank{r}", mpath.display());
+    }
+    let expected = serde_json::from_value(ranks[&rank.to_string()].clone()).map_err(|e| format_err(MANIFEST, e))?;
+    let shard = snap.join(format!("rank{rank}"));
+    if !shard.is_dir() {
+        crate::bail!(E_CKPT_MISSING, "rank{rank} is missing from {}", snap.display());
+    }
+    restore(read_verified(&shard, Some(&expected))?)
+}
