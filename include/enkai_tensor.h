@@ -950,9 +950,35 @@ int64_t enkai_opt_adamw_create(const char *params,
 
 /**
  * One AdamW step of every group, on each param's own `.grad` (params without
- * a grad are skipped). Returns 0, or 1 with `E_HANDLE_*`, `E_TORCH`.
+ * a grad are skipped). On a sharded optimizer (`enkai_opt_shard`) this is a
+ * collective: each rank updates the params it owns, then every rank receives
+ * each param from its owner. Returns 0, or 1 with `E_HANDLE_*`, `E_TORCH`,
+ * and for a sharded optimizer the `E_DIST_*` codes of the group.
  */
 int enkai_opt_adamw_step(int64_t opt);
+
+/**
+ * Shards the optimizer over the ranks of the process group (ZeRO stage 1, as
+ * `torch.distributed.optim.ZeroRedundancyOptimizer`): every param gets an
+ * owner rank (largest params first, each to the rank owning the fewest bytes
+ * so far, group after group), this rank keeps moments only for the params it
+ * owns, and `enkai_opt_adamw_step` / `enkai_opt_param_group_step` update those
+ * and then broadcast every param from its owner, so all ranks keep identical
+ * params. Every rank must shard its optimizer over the same params. Groups
+ * added later are partitioned the same way; `enkai_opt_set_lr` and GradScaler
+ * skipping keep their meaning (found-inf is the same on every rank once the
+ * grads are all-reduced). Ranked checkpoints save each rank's moments and the
+ * partition. Returns 0, or 1 with `E_DIST` (no process group), `E_INVALID_ARG`
+ * (already sharded), `E_HANDLE_*`.
+ */
+int enkai_opt_shard(int64_t opt);
+
+/**
+ * The bytes of optimizer state (AdamW moments) this process holds for `opt`,
+ * counted from the moment tensors that exist (about 1/world of the unsharded
+ * figure on a sharded optimizer). Returns −1 with `E_HANDLE_*`.
+ */
+int64_t enkai_opt_state_bytes(int64_t opt);
 
 /**
  * Adds a reference to an optimizer handle. Returns 0, or 1 with `E_HANDLE_*`.

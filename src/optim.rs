@@ -2,6 +2,11 @@
 //! weight decay `lr * wd`, bias correction, eps added after the square root,
 //! moments in the parameter's dtype and device, parameters without a grad
 //! skipped. The arithmetic runs in libtorch (see backend `adamw_step`).
+//!
+//! Sharded (ZeRO stage 1, as `torch.distributed.optim.ZeroRedundancyOptimizer`):
+//! every parameter has an owner rank, each rank keeps moments only for the
+//! parameters it owns and updates only those, then every rank receives each
+//! parameter from its owner, so all ranks end each step with the same values.
 
 use std::sync::Mutex;
 
@@ -52,6 +57,8 @@ struct Param {
     /// A retained tensor handle, released when the optimizer is freed.
     handle: i64,
     state: Option<Moments>,
+    /// The rank that updates it when the optimizer is sharded.
+    owner: i64,
 }
 
 struct Group {
@@ -59,18 +66,65 @@ struct Group {
     params: Vec<Param>,
 }
 
+/// How a sharded optimizer's parameters are spread over the ranks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shard {
+    pub world: i64,
+    pub rank: i64,
+    /// Bytes of parameters each rank owns so far (the partition's running totals).
+    totals: Vec<usize>,
+}
+
+struct Inner {
+    groups: Vec<Group>,
+    shard: Option<Shard>,
+}
+
 /// An optimizer handle's value.
 pub struct Optimizer {
-    groups: Mutex<Vec<Group>>,
+    inner: Mutex<Inner>,
 }
 
 impl Drop for Optimizer {
     fn drop(&mut self) {
-        let groups = self.groups.get_mut().unwrap_or_else(|p| p.into_inner());
-        for p in groups.iter().flat_map(|g| &g.params) {
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        for p in inner.groups.iter().flat_map(|g| &g.params) {
             let _ = TENSORS.release(p.handle);
         }
     }
+}
+
+/// `ZeroRedundancyOptimizer._partition_parameters`: within a group, the
+/// parameters by size, largest first (ties in list order), each to the rank
+/// with the smallest total so far (the lowest such rank); `totals` carries
+/// over from group to group. Sizes are bytes. Returns each parameter's owner.
+pub fn partition(sizes: &[usize], totals: &mut [usize]) -> Vec<i64> {
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by(|&a, &b| sizes[b].cmp(&sizes[a]));
+    let mut owners = vec![0; sizes.len()];
+    for i in order {
+        let (rank, _) = totals.iter().enumerate().min_by_key(|&(r, t)| (*t, r)).expect("world >= 1");
+        owners[i] = rank as i64;
+        totals[rank] += sizes[i];
+    }
+    owners
+}
+
+fn param_bytes(h: i64) -> Result<usize> {
+    let t = TENSORS.get(h)?;
+    Ok(crate::tensor::numel_of(&imp::shape(&t.raw))? * imp::dtype(&t.raw)?.size())
+}
+
+/// Gives `params` owners, continuing the partition in `shard`.
+fn assign(params: &mut [Param], shard: &mut Shard) -> Result<()> {
+    let sizes = params.iter().map(|p| param_bytes(p.handle)).collect::<Result<Vec<_>>>()?;
+    for (p, owner) in params.iter_mut().zip(partition(&sizes, &mut shard.totals)) {
+        p.owner = owner;
+        if owner != shard.rank {
+            p.state = None;
+        }
+    }
+    Ok(())
 }
 
 /// Retains every listed param (all checked first); duplicates are refused as PyTorch does.
@@ -90,28 +144,34 @@ fn retain_params(list: &str, existing: &[Group]) -> Result<Vec<Param>> {
             return Err(e);
         }
     }
-    Ok(hs.into_iter().map(|handle| Param { handle, state: None }).collect())
+    Ok(hs.into_iter().map(|handle| Param { handle, state: None, owner: 0 }).collect())
 }
 
 pub fn create(params: &str, hyper: Hyper) -> Result<i64> {
     let hyper = hyper.validate()?;
     let params = retain_params(params, &[])?;
     // If registering fails, dropping the optimizer releases the params again.
-    OPTIMIZERS.insert(Optimizer { groups: Mutex::new(vec![Group { hyper, params }]) })
+    OPTIMIZERS.insert(Optimizer { inner: Mutex::new(Inner { groups: vec![Group { hyper, params }], shard: None }) })
+}
+
+fn with_inner<R>(opt: i64, f: impl FnOnce(&mut Inner) -> Result<R>) -> Result<R> {
+    let o = OPTIMIZERS.get(opt)?;
+    let mut inner = o.inner.lock().unwrap_or_else(|p| p.into_inner());
+    f(&mut inner)
 }
 
 fn with_groups<R>(opt: i64, f: impl FnOnce(&mut Vec<Group>) -> Result<R>) -> Result<R> {
-    let o = OPTIMIZERS.get(opt)?;
-    let mut g = o.groups.lock().unwrap_or_else(|p| p.into_inner());
-    f(&mut g)
+    with_inner(opt, |inner| f(&mut inner.groups))
+}
+
+fn group_index(groups: &[Group], i: i64) -> Result<usize> {
+    let n = groups.len();
+    usize::try_from(i).ok().filter(|&i| i < n).ok_or_else(|| crate::err!(E_INVALID_ARG, "param group {i} does not exist ({n} groups)"))
 }
 
 fn group_mut(groups: &mut [Group], i: i64) -> Result<&mut Group> {
-    let n = groups.len();
-    usize::try_from(i)
-        .ok()
-        .and_then(|i| groups.get_mut(i))
-        .ok_or_else(|| crate::err!(E_INVALID_ARG, "param group {i} does not exist ({n} groups)"))
+    let i = group_index(groups, i)?;
+    Ok(&mut groups[i])
 }
 
 /// One AdamW update of `param` with `grad`, creating its moments on first use.
@@ -124,10 +184,11 @@ fn update(param: &Raw, grad: &Raw, state: &mut Option<Moments>, h: Hyper) -> Res
     imp::adamw_step(param, grad, &m.exp_avg, &m.exp_avg_sq, m.step as f64, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay)
 }
 
-/// Steps every param of `group` that has a `.grad`.
-fn step_group(group: &mut Group) -> Result<()> {
+/// Steps every param of `group` that has a `.grad` (of a sharded optimizer,
+/// only those `me` owns).
+fn step_group(group: &mut Group, me: Option<i64>) -> Result<()> {
     let hyper = group.hyper;
-    for p in &mut group.params {
+    for p in group.params.iter_mut().filter(|p| me.is_none_or(|r| p.owner == r)) {
         let t = TENSORS.get(p.handle)?;
         if let Some(g) = imp::grad(&t.raw)? {
             update(&t.raw, &g, &mut p.state, hyper)?;
@@ -136,21 +197,81 @@ fn step_group(group: &mut Group) -> Result<()> {
     Ok(())
 }
 
+/// Steps the groups `which` selects; a sharded optimizer then hands every
+/// rank each of those parameters from its owner.
+fn step_groups(inner: &mut Inner, which: impl Fn(usize) -> bool) -> Result<()> {
+    let me = inner.shard.as_ref().map(|s| s.rank);
+    for (i, g) in inner.groups.iter_mut().enumerate() {
+        if which(i) {
+            step_group(g, me)?;
+        }
+    }
+    if inner.shard.is_some() {
+        let ps: Vec<&Param> = inner.groups.iter().enumerate().filter(|(i, _)| which(*i)).flat_map(|(_, g)| &g.params).collect();
+        let handles: Vec<i64> = ps.iter().map(|p| p.handle).collect();
+        let owners: Vec<i64> = ps.iter().map(|p| p.owner).collect();
+        let ts = TENSORS.get_many(&handles)?;
+        let raws: Vec<&Raw> = ts.iter().map(|t| &t.raw).collect();
+        crate::dist::broadcast_owned("sharded optimizer step", &raws, &owners)?;
+    }
+    Ok(())
+}
+
 pub fn step(opt: i64) -> Result<()> {
-    with_groups(opt, |groups| groups.iter_mut().try_for_each(step_group))
+    with_inner(opt, |inner| step_groups(inner, |_| true))
 }
 
 pub fn group_step(opt: i64, group: i64) -> Result<()> {
-    with_groups(opt, |groups| step_group(group_mut(groups, group)?))
+    with_inner(opt, |inner| {
+        let which = group_index(&inner.groups, group)?;
+        step_groups(inner, |i| i == which)
+    })
 }
 
 pub fn add_group(opt: i64, params: &str, lr: f64, weight_decay: f64) -> Result<()> {
-    with_groups(opt, |groups| {
-        let base = groups.first().map(|g| g.hyper).expect("an optimizer has a group");
+    with_inner(opt, |inner| {
+        let base = inner.groups.first().map(|g| g.hyper).expect("an optimizer has a group");
         let hyper = Hyper { lr, weight_decay, ..base }.validate()?;
-        let params = retain_params(params, groups)?;
-        groups.push(Group { hyper, params });
+        let mut params = retain_params(params, &inner.groups)?;
+        if let Some(shard) = &mut inner.shard {
+            if let Err(e) = assign(&mut params, shard) {
+                params.iter().for_each(|p| drop(TENSORS.release(p.handle)));
+                return Err(e);
+            }
+        }
+        inner.groups.push(Group { hyper, params });
         Ok(())
+    })
+}
+
+/// Shards the optimizer over the process group's ranks (ZeRO stage 1): each
+/// parameter gets an owner by the partition of `ZeroRedundancyOptimizer`, and
+/// this rank drops the moments of the parameters it does not own.
+pub fn shard(opt: i64) -> Result<Shard> {
+    let (rank, world) = crate::dist::rank_and_world()?;
+    with_inner(opt, |inner| {
+        if let Some(s) = &inner.shard {
+            crate::bail!(E_INVALID_ARG, "optimizer {opt} is already sharded over {} ranks", s.world);
+        }
+        let mut shard = Shard { world, rank, totals: vec![0; world as usize] };
+        for g in &mut inner.groups {
+            assign(&mut g.params, &mut shard)?;
+        }
+        inner.shard = Some(shard.clone());
+        Ok(shard)
+    })
+}
+
+/// The bytes of optimizer state (moments) this rank holds, counted from the tensors that exist.
+pub fn state_bytes(opt: i64) -> Result<i64> {
+    with_groups(opt, |groups| {
+        let mut total = 0usize;
+        for m in groups.iter().flat_map(|g| &g.params).filter_map(|p| p.state.as_ref()) {
+            for t in [&m.exp_avg, &m.exp_avg_sq] {
+                total += crate::tensor::numel_of(&imp::shape(t))? * imp::dtype(t)?.size();
+            }
+        }
+        Ok(total as i64)
     })
 }
 
@@ -239,5 +360,22 @@ pub fn import(groups: Vec<(Hyper, Vec<i64>)>, mut states: Vec<(i64, u64, Raw, Ra
         }
         built.push(Group { hyper: hyper.validate()?, params });
     }
-    OPTIMIZERS.insert(Optimizer { groups: Mutex::new(built) })
+    OPTIMIZERS.insert(Optimizer { inner: Mutex::new(Inner { groups: built, shard: None }) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partition;
+
+    #[test]
+    fn partition_is_zero_redundancy_optimizers_greedy() {
+        // largest first, each to the currently smallest rank (lowest index on ties)
+        let mut totals = vec![0; 2];
+        assert_eq!(partition(&[4, 16, 8, 8, 2], &mut totals), vec![0, 0, 1, 1, 1]);
+        assert_eq!(totals, vec![20, 18]);
+        // a second group continues from the totals
+        assert_eq!(partition(&[4, 4], &mut totals), vec![1, 0]);
+        let mut totals = vec![0; 4];
+        assert_eq!(partition(&[1, 1, 1, 1, 1], &mut totals), vec![0, 1, 2, 3, 0]);
+    }
 }

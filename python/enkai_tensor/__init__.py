@@ -437,6 +437,18 @@ class AdamW:
     def step(self):
         _check_status(lib.enkai_opt_adamw_step(self.handle))
 
+    def shard(self):
+        """ZeRO stage 1 over the process group (see enkai_opt_shard)."""
+        _check_status(lib.enkai_opt_shard(self.handle))
+        return self
+
+    @property
+    def state_bytes(self):
+        n = lib.enkai_opt_state_bytes(self.handle)
+        if n < 0:
+            _raise()
+        return n
+
     def add_param_group(self, params, lr, weight_decay):
         _check_status(lib.enkai_opt_add_param_group(self.handle, _handles_json(params), lr, weight_decay))
 

@@ -87,6 +87,8 @@ SIGNATURES = {
     "enkai_tensor_clip_grad_norm_multi": (c_int, [c_str, c_f64, c_f64, c_f64_p]),
     "enkai_opt_adamw_create": (c_i64, [c_str, c_f64, c_f64, c_f64, c_f64, c_f64]),
     "enkai_opt_adamw_step": (c_int, [c_i64]),
+    "enkai_opt_shard": (c_int, [c_i64]),
+    "enkai_opt_state_bytes": (c_i64, [c_i64]),
     "enkai_opt_retain": (c_int, [c_i64]),
     "enkai_tensor_opt_free": (c_int, [c_i64]),
     "enkai_tensor_adamw_step": (c_i64, [c_i64, c_i64, c_i64, c_f64, c_f64, c_f64, c_f64, c_f64]),

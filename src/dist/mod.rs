@@ -352,6 +352,30 @@ pub fn broadcast(handles: &str, root: i64) -> Result<()> {
     )
 }
 
+/// Overwrites each of `raws` with its owner's copy (`owners[i]` is the rank
+/// that owns `raws[i]`), one bucketed broadcast per owner: how a sharded
+/// optimizer hands every rank the parameters it updated (ZeRO stage 1).
+pub fn broadcast_owned(call: &'static str, raws: &[&imp::Raw], owners: &[i64]) -> Result<()> {
+    collective(
+        call,
+        |up| {
+            if let Some(o) = owners.iter().find(|o| !(0..up.world).contains(*o)) {
+                crate::bail!(E_INVALID_ARG, "{call}: owner {o} is not a rank of a world of {}", up.world);
+            }
+            let es = raws.iter().map(|t| entry(call, t, None)).collect::<Result<Vec<_>>>()?;
+            Ok(((), owners.to_vec(), es))
+        },
+        |up, (), es| {
+            for root in 0..up.world {
+                let mine: Vec<usize> = (0..raws.len()).filter(|&i| owners[i] == root).collect();
+                let (rs, ms): (Vec<&imp::Raw>, Vec<Entry>) = mine.iter().map(|&i| (raws[i], es[i])).unzip();
+                each_bucket(up, call, &rs, &ms, plan::DEFAULT_BUCKET_BYTES, |g, ts| imp::dist_broadcast(g, ts, root))?;
+            }
+            Ok(())
+        },
+    )
+}
+
 /// A new tensor `[world, *shape]` holding every rank's `h`, in rank order.
 pub fn all_gather(h: i64) -> Result<i64> {
     let call = "all_gather";

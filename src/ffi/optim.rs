@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use super::{guard, status, str_arg};
+use super::{guard, guard_or, status, str_arg};
 use crate::optim::{self, Hyper};
 use crate::registry::OPTIMIZERS;
 
@@ -24,10 +24,38 @@ pub unsafe extern "C" fn enkai_opt_adamw_create(params: *const c_char, lr: f64, 
 }
 
 /// One AdamW step of every group, on each param's own `.grad` (params without
-/// a grad are skipped). Returns 0, or 1 with `E_HANDLE_*`, `E_TORCH`.
+/// a grad are skipped). On a sharded optimizer (`enkai_opt_shard`) this is a
+/// collective: each rank updates the params it owns, then every rank receives
+/// each param from its owner. Returns 0, or 1 with `E_HANDLE_*`, `E_TORCH`,
+/// and for a sharded optimizer the `E_DIST_*` codes of the group.
 #[no_mangle]
 pub extern "C" fn enkai_opt_adamw_step(opt: i64) -> c_int {
     status(|| optim::step(opt))
+}
+
+/// Shards the optimizer over the ranks of the process group (ZeRO stage 1, as
+/// `torch.distributed.optim.ZeroRedundancyOptimizer`): every param gets an
+/// owner rank (largest params first, each to the rank owning the fewest bytes
+/// so far, group after group), this rank keeps moments only for the params it
+/// owns, and `enkai_opt_adamw_step` / `enkai_opt_param_group_step` update those
+/// and then broadcast every param from its owner, so all ranks keep identical
+/// params. Every rank must shard its optimizer over the same params. Groups
+/// added later are partitioned the same way; `enkai_opt_set_lr` and GradScaler
+/// skipping keep their meaning (found-inf is the same on every rank once the
+/// grads are all-reduced). Ranked checkpoints save each rank's moments and the
+/// partition. Returns 0, or 1 with `E_DIST` (no process group), `E_INVALID_ARG`
+/// (already sharded), `E_HANDLE_*`.
+#[no_mangle]
+pub extern "C" fn enkai_opt_shard(opt: i64) -> c_int {
+    status(|| optim::shard(opt).map(drop))
+}
+
+/// The bytes of optimizer state (AdamW moments) this process holds for `opt`,
+/// counted from the moment tensors that exist (about 1/world of the unsharded
+/// figure on a sharded optimizer). Returns −1 with `E_HANDLE_*`.
+#[no_mangle]
+pub extern "C" fn enkai_opt_state_bytes(opt: i64) -> i64 {
+    guard_or(-1, || optim::state_bytes(opt))
 }
 
 /// Adds a reference to an optimizer handle. Returns 0, or 1 with `E_HANDLE_*`.
