@@ -324,18 +324,24 @@ pub fn step_multi(params: &str, grads: &str, state: i64, hyper: Hyper) -> Result
 pub struct Export {
     pub groups: Vec<(Hyper, Vec<usize>)>,
     pub states: Vec<(usize, u64, Raw, Raw)>,
+    /// For a sharded optimizer: the world and each saved param's owner (−1: not in the optimizer).
+    pub shard: Option<(i64, Vec<i64>)>,
 }
 
 pub fn export(opt: i64, saved: &[i64]) -> Result<Export> {
-    with_groups(opt, |groups| {
-        let mut out = Export { groups: Vec::new(), states: Vec::new() };
-        for g in groups.iter() {
+    with_inner(opt, |inner| {
+        let shard = inner.shard.as_ref().map(|s| (s.world, vec![-1; saved.len()]));
+        let mut out = Export { groups: Vec::new(), states: Vec::new(), shard };
+        for g in inner.groups.iter() {
             let mut idx = Vec::with_capacity(g.params.len());
             for p in &g.params {
                 let i = saved.iter().position(|h| *h == p.handle).ok_or_else(|| {
                     crate::err!(E_INVALID_ARG, "optimizer param {} is not among the params being saved", p.handle)
                 })?;
                 idx.push(i);
+                if let Some((_, owners)) = &mut out.shard {
+                    owners[i] = p.owner;
+                }
                 if let Some(m) = &p.state {
                     out.states.push((i, m.step, imp::shallow(&m.exp_avg), imp::shallow(&m.exp_avg_sq)));
                 }
@@ -346,8 +352,17 @@ pub fn export(opt: i64, saved: &[i64]) -> Result<Export> {
     })
 }
 
+/// How an imported optimizer is sharded.
+pub enum ImportShard {
+    None,
+    /// As saved: this rank of `world`, each param's owner by handle.
+    Saved { world: i64, rank: i64, owners: Vec<(i64, i64)> },
+    /// Partitioned afresh over a world of another size (its states must all be present).
+    Fresh { world: i64, rank: i64 },
+}
+
 /// Rebuilds an optimizer over `handles` (retained) from a checkpoint's state.
-pub fn import(groups: Vec<(Hyper, Vec<i64>)>, mut states: Vec<(i64, u64, Raw, Raw)>) -> Result<i64> {
+pub fn import(groups: Vec<(Hyper, Vec<i64>)>, mut states: Vec<(i64, u64, Raw, Raw)>, sharding: ImportShard) -> Result<i64> {
     let mut built = Vec::with_capacity(groups.len());
     for (hyper, hs) in groups {
         let list = json::write_int_list(&hs);
@@ -360,7 +375,31 @@ pub fn import(groups: Vec<(Hyper, Vec<i64>)>, mut states: Vec<(i64, u64, Raw, Ra
         }
         built.push(Group { hyper: hyper.validate()?, params });
     }
-    OPTIMIZERS.insert(Optimizer { inner: Mutex::new(Inner { groups: built, shard: None }) })
+    // From here on, dropping `opt` releases every retained param.
+    let mut opt = Optimizer { inner: Mutex::new(Inner { groups: built, shard: None }) };
+    let inner = opt.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+    match sharding {
+        ImportShard::None => {}
+        ImportShard::Saved { world, rank, owners } => {
+            let mut shard = Shard { world, rank, totals: vec![0; world as usize] };
+            for p in inner.groups.iter_mut().flat_map(|g| &mut g.params) {
+                let owner = owners.iter().find(|(h, _)| *h == p.handle).map(|(_, o)| *o);
+                p.owner = owner.filter(|o| (0..world).contains(o)).ok_or_else(|| {
+                    crate::err!(E_CKPT_FORMAT, "the saved partition gives param {} no owner in a world of {world}", p.handle)
+                })?;
+                shard.totals[p.owner as usize] += param_bytes(p.handle)?;
+            }
+            inner.shard = Some(shard);
+        }
+        ImportShard::Fresh { world, rank } => {
+            let mut shard = Shard { world, rank, totals: vec![0; world as usize] };
+            for g in &mut inner.groups {
+                assign(&mut g.params, &mut shard)?;
+            }
+            inner.shard = Some(shard);
+        }
+    }
+    OPTIMIZERS.insert(opt)
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@ step (so every rank has the same gradients), group 1's lr changed after step 3.
     python zero_worker.py sharded OUT   our AdamW sharded with enkai_opt_shard
     python zero_worker.py plain OUT     our AdamW, not sharded
     python zero_worker.py zro OUT       torch.distributed.optim.ZeroRedundancyOptimizer (gloo)
+    python zero_worker.py first OUT     sharded, steps 0-2, then a ranked save to CKPT_DIR
+    python zero_worker.py second OUT    a ranked load from CKPT_DIR (any world size), steps 3-5
 
 OUT ({rank} becomes the rank) gets the final parameters and the optimizer-state
 bytes this rank held (torch.save of a dict).
@@ -37,25 +39,33 @@ def split(params):
     return params[:half], params[half:]
 
 
-def ours(sharded):
+def ours(sharded, phase="all"):
     import enkai_tensor as et
     import enkai_tensor.dist as dist
     from helpers import to_torch
 
     dist.init(WORLD, RANK, "", 120)
-    params = et.lm_init(SPEC, seed=SEED)
-    g0, g1 = split(params)
-    opt = et.AdamW(g0, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
-    opt.add_param_group(g1, LR / 2, 0.1)
-    if sharded:
-        opt.shard()
-    for s in range(STEPS):
+    if phase == "second":
+        params, opt, meta = et.checkpoint_load_ranked(os.environ["CKPT_DIR"], RANK)
+        assert meta == b'{"step": 3}', meta
+        steps = range(3, STEPS)
+    else:
+        params = et.lm_init(SPEC, seed=SEED)
+        g0, g1 = split(params)
+        opt = et.AdamW(g0, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+        opt.add_param_group(g1, LR / 2, 0.1)
+        if sharded:
+            opt.shard()
+        steps = range(3) if phase == "first" else range(STEPS)
+    for s in steps:
         if s == 3:
             opt.set_lr(1, LR / 4)
         x, y = batch(s)
         et.zero_grad_multi(params)
         et.forward_lm(params, SPEC, x.flatten().tolist(), y.flatten().tolist(), BATCH, SPEC["seq_len"]).backward()
         opt.step()
+    if phase == "first":
+        et.checkpoint_save_ranked(os.environ["CKPT_DIR"], RANK, WORLD, params, opt, '{"step": 3}')
     out = {"params": [to_torch(p) for p in params], "state_bytes": opt.state_bytes}
     dist.shutdown()
     return out
@@ -84,4 +94,6 @@ def zro():
 
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2].format(rank=RANK)
-    torch.save({"sharded": lambda: ours(True), "plain": lambda: ours(False), "zro": zro}[mode](), out)
+    modes = {"sharded": lambda: ours(True), "plain": lambda: ours(False), "zro": zro,
+             "first": lambda: ours(True, "first"), "second": lambda: ours(True, "second")}
+    torch.save(modes[mode](), out)

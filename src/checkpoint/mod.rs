@@ -78,8 +78,12 @@ fn tensors_file(named: Vec<(String, imp::Raw)>, metadata: &BTreeMap<String, Stri
     Ok(Content::Tensors(safetensors::header(&specs, metadata), named.into_iter().map(|(_, t)| t).collect()))
 }
 
-/// Everything a save writes, taken from the handles before touching the disk.
-fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<Plan> {
+/// A sharded optimizer's partition: `{"world": W, "owners": [owner of each saved param, −1 if none]}`.
+type Partition = Option<Value>;
+
+/// Everything a save writes, taken from the handles before touching the disk,
+/// and the optimizer's partition when it is sharded.
+fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Partition)> {
     let hs = ijson::handle_list(params)?;
     let ps = TENSORS.get_many(&hs)?;
     let (mut named, mut grads, mut devices) = (Vec::with_capacity(ps.len()), Vec::new(), Vec::new());
@@ -94,8 +98,10 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<Plan> {
     m.insert("devices".into(), json!(devices).to_string());
     let mut plan = Plan::new();
     plan.insert(PARAMS.into(), tensors_file(named, &m)?);
+    let mut partition = None;
     if opt != 0 {
         let ex = optim::export(opt, &hs)?;
+        partition = ex.shard.as_ref().map(|(world, owners)| json!({"world": world, "owners": owners}));
         let mut named = Vec::new();
         let mut steps = serde_json::Map::new();
         for (i, step, m1, m2) in ex.states {
@@ -112,6 +118,9 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<Plan> {
         m.insert("format".into(), "enkai-adamw-1".into());
         m.insert("groups".into(), Value::Array(groups).to_string());
         m.insert("steps".into(), Value::Object(steps).to_string());
+        if let Some(p) = &partition {
+            m.insert("shard".into(), p.to_string());
+        }
         plan.insert(OPTIMIZER.into(), tensors_file(named, &m)?);
     }
     if scaler != 0 {
@@ -121,7 +130,7 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<Plan> {
         plan.insert(SCALER.into(), Content::Bytes(v.to_string().into_bytes()));
     }
     plan.insert(META.into(), Content::Bytes(meta.to_vec()));
-    Ok(plan)
+    Ok((plan, partition))
 }
 
 /// Writes the planned files and their integrity.json into `dir`, each synced;
@@ -149,7 +158,10 @@ fn write_files(dir: &Path, plan: &Plan) -> Result<BTreeMap<String, String>> {
 }
 
 pub fn save(dir: &str, params: &str, opt: i64, scaler: i64, meta: &str) -> Result<()> {
-    let plan = gather(params, opt, scaler, meta.as_bytes())?;
+    let (plan, partition) = gather(params, opt, scaler, meta.as_bytes())?;
+    if partition.is_some() {
+        crate::bail!(E_INVALID_ARG, "optimizer {opt} is sharded: each rank holds only its part of the state, so save it with enkai_checkpoint_save_ranked");
+    }
     let dir = Path::new(dir);
     let staged = fsutil::staging(dir, "save")?;
     let written = write_files(&staged, &plan).and_then(|_| {
@@ -163,9 +175,9 @@ pub fn save(dir: &str, params: &str, opt: i64, scaler: i64, meta: &str) -> Resul
     written.map(drop)
 }
 
-/// Reads `integrity.json` in `dir` and every file it lists, verifying each
-/// hash; nothing is parsed before all of them check out.
-fn read_verified(dir: &Path, expected: Option<&BTreeMap<String, String>>) -> Result<Files> {
+/// Reads `integrity.json` in `dir` and every file it lists (or only the file
+/// `only`), verifying each hash; nothing is parsed before all of them check out.
+fn read_verified(dir: &Path, expected: Option<&BTreeMap<String, String>>, only: Option<&str>) -> Result<Files> {
     let ipath = dir.join(INTEGRITY);
     let raw = fsutil::read_required(&ipath)?;
     let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(INTEGRITY, e))?;
@@ -183,10 +195,17 @@ fn read_verified(dir: &Path, expected: Option<&BTreeMap<String, String>>) -> Res
             crate::bail!(E_CKPT_HASH_MISMATCH, "{} does not match the manifest", ipath.display());
         }
     }
-    for required in [PARAMS, META] {
-        if !hashes.contains_key(required) {
+    let required: &[&str] = match only {
+        Some(name) => &[name][..],
+        None => &[PARAMS, META],
+    };
+    for required in required {
+        if !hashes.contains_key(*required) {
             return Err(format_err(INTEGRITY, format!("does not list {required}")));
         }
+    }
+    if let Some(name) = only {
+        hashes.retain(|n, _| n == name);
     }
     // A damaged file reports its hash mismatch ahead of any format error: the
     // format is only worth judging in bytes known to be the ones saved.
@@ -285,9 +304,17 @@ impl Drop for Made {
     }
 }
 
+/// How a restored optimizer is sharded.
+enum Sharding {
+    /// As it was saved (sharded or not), as this rank.
+    AsSaved { rank: i64 },
+    /// Partitioned afresh for `rank` of `world` (every param's state must be in the files).
+    Fresh { world: i64, rank: i64 },
+}
+
 /// Parses verified files into new handles: params (in saved order), the
 /// optimizer bound to them (0 if none was saved), and the meta bytes.
-fn restore(mut files: Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
+fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u8>)> {
     let (mut by_name, meta) = take_tensors(&mut files, PARAMS)?.ok_or_else(|| format_err(INTEGRITY, format!("does not list {PARAMS}")))?;
     let n = by_name.len();
     let grads: Vec<bool> = json_meta(&meta, "requires_grad", PARAMS)?;
@@ -337,7 +364,18 @@ fn restore(mut files: Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
                 };
                 opt_state_entries.push((h, step, take(format!("exp_avg.{idx}"))?, take(format!("exp_avg_sq.{idx}"))?));
             }
-            optim::import(gs, opt_state_entries)?
+            let saved: Option<Value> = meta.get("shard").map(|_| json_meta(&meta, "shard", OPTIMIZER)).transpose()?;
+            let sharding = match (sharding, saved) {
+                (Sharding::Fresh { world, rank }, _) => optim::ImportShard::Fresh { world, rank },
+                (Sharding::AsSaved { .. }, None) => optim::ImportShard::None,
+                (Sharding::AsSaved { rank }, Some(p)) => {
+                    let world = p.get("world").and_then(Value::as_i64).ok_or_else(|| format_err(OPTIMIZER, "shard has no world"))?;
+                    let owners: Vec<i64> = serde_json::from_value(p["owners"].clone()).map_err(|e| format_err(OPTIMIZER, e))?;
+                    let owners = owners.iter().zip(&made.0).filter(|(o, _)| **o >= 0).map(|(o, h)| (*h, *o)).collect();
+                    optim::ImportShard::Saved { world, rank, owners }
+                }
+            };
+            optim::import(gs, opt_state_entries, sharding)?
         }
     };
     let meta = bytes_of(&files, META).ok_or_else(|| format_err(INTEGRITY, format!("does not list {META}")))?.to_vec();
@@ -346,13 +384,13 @@ fn restore(mut files: Files) -> Result<(Vec<i64>, i64, Vec<u8>)> {
 
 pub fn load(dir: &str) -> Result<(Vec<i64>, i64, Vec<u8>)> {
     let snap = fsutil::latest(Path::new(dir))?;
-    restore(read_verified(&snap, None)?)
+    restore(read_verified(&snap, None, None)?, Sharding::AsSaved { rank: 0 })
 }
 
 /// A new scaler with the state saved in the latest snapshot of `dir`.
 pub fn load_scaler(dir: &str) -> Result<i64> {
     let snap = fsutil::latest(Path::new(dir))?;
-    let files = read_verified(&snap, None)?;
+    let files = read_verified(&snap, None, None)?;
     let bytes = bytes_of(&files, SCALER).ok_or_else(|| crate::err!(E_CKPT_MISSING, "{} has no {SCALER}", snap.display()))?;
     let v: Value = serde_json::from_slice(bytes).map_err(|e| format_err(SCALER, e))?;
     let f = |k: &str| v.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(SCALER, format!("no number {k:?}")));

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::fsutil::{self, io_err};
-use super::{format_err, gather, read_verified, restore, write_files, FORMAT, INTEGRITY, MANIFEST};
+use super::{format_err, gather, read_verified, restore, take_tensors, write_files, Files, Loaded, Partition, Sharding};
+use super::{FORMAT, INTEGRITY, MANIFEST, OPTIMIZER};
 use crate::dist;
 use crate::error::{Error, Result};
 
@@ -66,8 +67,11 @@ fn write_shard(pending: &Path, rank: i64, plan: &super::Plan) -> Result<Value> {
 /// Writes the manifest into `pending` and makes it the new `latest`; older
 /// rounds that can no longer complete are removed. Called by one rank, with
 /// the directory lock held.
-fn commit_round(dir: &Path, pending: &Path, round: u64, world: i64, ranks: serde_json::Map<String, Value>) -> Result<()> {
-    let manifest = json!({"format": FORMAT, "world": world, "round": round, "ranks": ranks});
+fn commit_round(dir: &Path, pending: &Path, round: u64, world: i64, ranks: serde_json::Map<String, Value>, partition: &Partition) -> Result<()> {
+    let mut manifest = json!({"format": FORMAT, "world": world, "round": round, "ranks": ranks});
+    if let Some(p) = partition {
+        manifest["partition"] = p.clone();
+    }
     fsutil::write_synced(&pending.join(MANIFEST), manifest.to_string().as_bytes())?;
     for e in std::fs::read_dir(pending).map_err(|e| io_err("list", pending, e))?.flatten() {
         let name = e.file_name();
@@ -124,8 +128,10 @@ fn next_round(dir: &Path) -> Result<u64> {
 fn save_through_group(dir: &Path, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
     let call = "checkpoint_save_ranked";
     // 1. Every rank writes and fsyncs its shard (or records why it could not).
+    let mut partition = None;
     let local = (|| -> Result<(u64, Value)> {
-        let plan = gather(params, opt, 0, meta.as_bytes())?;
+        let (plan, p) = gather(params, opt, 0, meta.as_bytes())?;
+        partition = p;
         let round = next_round(dir)?;
         let pending = round_dir(dir, round);
         std::fs::create_dir_all(&pending).map_err(|e| io_err("create", &pending, e))?;
@@ -138,7 +144,7 @@ fn save_through_group(dir: &Path, rank: i64, world: i64, params: &str, opt: i64,
     // 2. Rank 0 collects every rank's report and commits when all succeeded.
     let reports = dist::exchange(call, report.to_string().as_bytes())?;
     let outcome = if rank == 0 {
-        let decided = decide(dir, world, &reports);
+        let decided = decide(dir, world, &reports, &partition);
         match &decided {
             Ok(()) => String::new(),
             Err(e) => e.to_string(),
@@ -159,7 +165,7 @@ fn save_through_group(dir: &Path, rank: i64, world: i64, params: &str, opt: i64,
 }
 
 /// Rank 0's half of a group commit: every report must be a written shard of one round.
-fn decide(dir: &Path, world: i64, reports: &[Vec<u8>]) -> Result<()> {
+fn decide(dir: &Path, world: i64, reports: &[Vec<u8>], partition: &Partition) -> Result<()> {
     let mut ranks = serde_json::Map::new();
     let (mut rounds, mut failed) = (Vec::new(), None);
     for (r, raw) in reports.iter().enumerate() {
@@ -188,7 +194,7 @@ fn decide(dir: &Path, world: i64, reports: &[Vec<u8>]) -> Result<()> {
     };
     let pending = round_dir(dir, round);
     let _lock = fsutil::DirLock::take(dir)?;
-    let committed = commit_round(dir, &pending, round, world, ranks);
+    let committed = commit_round(dir, &pending, round, world, ranks, partition);
     if committed.is_err() {
         let _ = std::fs::remove_dir_all(&pending);
     }
@@ -196,7 +202,7 @@ fn decide(dir: &Path, world: i64, reports: &[Vec<u8>]) -> Result<()> {
 }
 
 fn save_through_files(dir: &Path, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
-    let plan = gather(params, opt, 0, meta.as_bytes())?;
+    let (plan, partition) = gather(params, opt, 0, meta.as_bytes())?;
     let timeout = dist::rendezvous::timeout(&dist::rendezvous::ProcessEnv, 0.0)?;
     let round = next_round(dir)?;
     let pending = round_dir(dir, round);
@@ -205,7 +211,7 @@ fn save_through_files(dir: &Path, rank: i64, world: i64, params: &str, opt: i64,
     fsutil::write_synced(&owner, std::process::id().to_string().as_bytes())?;
     let joined = write_shard(&pending, rank, &plan).and_then(|_| {
         let _lock = fsutil::DirLock::take(dir)?;
-        try_complete(dir, &pending, round, world)
+        try_complete(dir, &pending, round, world, &partition)
     });
     if let Err(e) = joined {
         let _ = std::fs::remove_file(&owner);
@@ -224,7 +230,7 @@ fn shard_live(pending: &Path, r: i64) -> bool {
 
 /// Commits the round when every rank's shard is in; a shard whose writer
 /// died is dropped. Called with the directory lock held.
-fn try_complete(dir: &Path, pending: &Path, round: u64, world: i64) -> Result<()> {
+fn try_complete(dir: &Path, pending: &Path, round: u64, world: i64, partition: &Partition) -> Result<()> {
     if !pending.is_dir() || committed_round(dir) >= round {
         return Ok(());
     }
@@ -242,7 +248,7 @@ fn try_complete(dir: &Path, pending: &Path, round: u64, world: i64) -> Result<()
     for r in 0..world {
         ranks.insert(r.to_string(), shard_hashes(pending, r)?);
     }
-    commit_round(dir, pending, round, world, ranks)
+    commit_round(dir, pending, round, world, ranks, partition)
 }
 
 fn wait_for_commit(dir: &Path, pending: &Path, round: u64, rank: i64, world: i64, timeout: Duration) -> Result<()> {
@@ -281,23 +287,59 @@ fn wait_for_commit(dir: &Path, pending: &Path, round: u64, rank: i64, world: i64
     }
 }
 
+/// Rank `rank`'s part of the latest ranked snapshot. With a process group of
+/// another size than the saved world, a sharded optimizer is re-partitioned
+/// over the new world from every saved rank's moments, and params and meta
+/// come from saved rank `rank % world` (data-parallel params are the same on
+/// every rank).
 pub fn load_ranked(dir: &str, rank: i64) -> Result<(Vec<i64>, i64, Vec<u8>)> {
     let snap = fsutil::latest(Path::new(dir))?;
     let mpath = snap.join(MANIFEST);
     let raw = fsutil::read_required(&mpath)?;
     let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(MANIFEST, e))?;
-    let world = v.get("world").and_then(Value::as_i64).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
-    if !(0..world).contains(&rank) {
-        crate::bail!(E_INVALID_ARG, "rank {rank} is not in the saved world of {world}");
-    }
+    let world = v.get("world").and_then(Value::as_i64).filter(|w| *w >= 1).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
     let ranks = v.get("ranks").and_then(Value::as_object).ok_or_else(|| format_err(MANIFEST, "no \"ranks\""))?;
     if let Some(r) = (0..world).find(|r| !ranks.contains_key(&r.to_string())) {
         crate::bail!(E_CKPT_MISSING, "{} does not list rank{r}", mpath.display());
     }
-    let expected = serde_json::from_value(ranks[&rank.to_string()].clone()).map_err(|e| format_err(MANIFEST, e))?;
-    let shard = snap.join(format!("rank{rank}"));
-    if !shard.is_dir() {
-        crate::bail!(E_CKPT_MISSING, "rank{rank} is missing from {}", snap.display());
+    let group = dist::multi_rank_group()?;
+    let resharding = match group {
+        Some((gw, gr)) if gr != rank => {
+            crate::bail!(E_INVALID_ARG, "load_ranked: rank {rank}, but this process is rank {gr} of {gw} in the process group")
+        }
+        Some((gw, _)) => (gw != world).then_some(gw),
+        None if !(0..world).contains(&rank) => crate::bail!(E_INVALID_ARG, "rank {rank} is not in the saved world of {world}"),
+        None => None,
+    };
+    let shard = |r: i64, only: Option<&str>| -> Result<Files> {
+        let expected = serde_json::from_value(ranks[&r.to_string()].clone()).map_err(|e| format_err(MANIFEST, e))?;
+        let path = snap.join(format!("rank{r}"));
+        if !path.is_dir() {
+            crate::bail!(E_CKPT_MISSING, "rank{r} is missing from {}", snap.display());
+        }
+        read_verified(&path, Some(&expected), only)
+    };
+    let Some(new_world) = resharding else {
+        return restore(shard(rank, None)?, Sharding::AsSaved { rank });
+    };
+    let mut files = shard(rank % world, None)?;
+    if v.get("partition").is_none() {
+        // Not sharded: every rank saved the whole optimizer state.
+        return restore(files, Sharding::AsSaved { rank });
     }
-    restore(read_verified(&shard, Some(&expected))?)
+    // Sharded: gather every saved rank's moments, then partition them afresh.
+    let Some((mut moments, mut meta)) = take_tensors(&mut files, OPTIMIZER)? else {
+        return Err(format_err(MANIFEST, "a partition is recorded but rank's shard has no optimizer state"));
+    };
+    let mut steps: serde_json::Map<String, Value> = super::json_meta(&meta, "steps", OPTIMIZER)?;
+    for r in (0..world).filter(|&r| r != rank % world) {
+        let mut other = shard(r, Some(OPTIMIZER))?;
+        let (m, om) = take_tensors(&mut other, OPTIMIZER)?.ok_or_else(|| crate::err!(E_CKPT_MISSING, "rank{r} has no {OPTIMIZER}"))?;
+        let s: serde_json::Map<String, Value> = super::json_meta(&om, "steps", OPTIMIZER)?;
+        moments.extend(m);
+        steps.extend(s);
+    }
+    meta.insert("steps".into(), Value::Object(steps).to_string());
+    files.insert(OPTIMIZER.into(), Loaded::Tensors(moments, meta));
+    restore(files, Sharding::Fresh { world: new_world, rank })
 }
