@@ -8,8 +8,18 @@
  * of each step's batch, and averages gradients each step as DDP does; rank 0
  * prints, and every rank prints a checksum of its parameters at the end.
  * TINYLM_STEPS overrides the number of steps (300).
+ *
+ * Elastic training: with TINYLM_CKPT_DIR set, every rank saves a ranked
+ * checkpoint (params, AdamW, GradScaler, the step) every TINYLM_CKPT_EVERY
+ * steps (25), and a (re)started run resumes from the latest one. Under
+ *   torchrun --no-python --standalone --nproc-per-node 2 --max-restarts 1 ...
+ * a killed rank costs the steps since the last checkpoint: the data of a step
+ * is a function of the step, so the resumed run ends with the same parameters,
+ * bit for bit. TINYLM_KILL_AT=S makes rank TINYLM_KILL_RANK (1) SIGKILL itself
+ * at step S of the first attempt, to try it.
  * Build: cc train_tinylm.c -Iinclude -Ltarget/release -lenkai_tensor -Wl,-rpath,$PWD/target/release */
 #define _POSIX_C_SOURCE 200809L
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,20 +114,37 @@ int main(void) {
     } else {
         dev = enkai_tensor_device("cpu");
     }
-    char *params;
-    size_t len;
-    if (enkai_tensor_lm_init(spec, dev, 42, &params, &len)) fail("lm_init");
-    if (world > 1 && enkai_dist_broadcast(params, 0)) fail("broadcast"); /* everyone starts from rank 0's weights */
-    int64_t opt = enkai_opt_adamw_create(params, 3e-3, 0.9, 0.95, 1e-8, 0.01);
-    int64_t scaler = enkai_amp_scaler_create(65536.0, 2.0, 0.5, 2000);
+    char *params, *meta;
+    size_t len, meta_len;
+    int64_t opt = 0, scaler = 0;
+    int first = 1;
+    const char *ckpt = getenv("TINYLM_CKPT_DIR");
+    int every = env_int("TINYLM_CKPT_EVERY", 25);
+    if (ckpt && enkai_checkpoint_load_ranked(ckpt, rank, &params, &len, &opt, &meta, &meta_len) == 0) {
+        /* resume: params, AdamW and GradScaler state, and the step they were saved at */
+        const char *at = strstr(meta, "\"step\":");
+        first = (at ? atoi(at + 7) : 0) + 1;
+        enkai_tensor_string_free(meta);
+        if (!(scaler = enkai_checkpoint_load_ranked_scaler(ckpt, rank))) fail("load scaler");
+        if (rank == 0) printf("resumed from %s at step %d\n", ckpt, first - 1);
+    } else {
+        if (ckpt && enkai_tensor_last_error_code() != E_CKPT_MISSING) fail("load checkpoint");
+        if (enkai_tensor_lm_init(spec, dev, 42, &params, &len)) fail("lm_init");
+        if (world > 1 && enkai_dist_broadcast(params, 0)) fail("broadcast"); /* everyone starts from rank 0's weights */
+        opt = enkai_opt_adamw_create(params, 3e-3, 0.9, 0.95, 1e-8, 0.01);
+        scaler = enkai_amp_scaler_create(65536.0, 2.0, 0.5, 2000);
+    }
     if (!opt || !scaler) fail("create");
+    const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
+    int kill_at = (!attempt || atoi(attempt) == 0) ? env_int("TINYLM_KILL_AT", 0) : 0;
     if (rank == 0)
         printf("TinyLM: vocab %d, d_model %d, %d layers, %d heads; %d rank(s) x batch %d x seq %d\n", v, D, LAYERS,
                HEADS, world, BATCH, SEQ);
 
     uint32_t in[BATCH * SEQ], tgt[BATCH * SEQ];
     double t0 = now(), window = now();
-    for (int step = 1; step <= steps; step++) {
+    for (int step = first; step <= steps; step++) {
+        if (step == kill_at && rank == env_int("TINYLM_KILL_RANK", 1)) raise(SIGKILL);
         for (int b = 0; b < BATCH; b++) {
             size_t off = (size_t)(mix(((uint64_t)step << 32) | (uint64_t)(rank * BATCH + b)) % (n - SEQ - 1));
             for (int s = 0; s < SEQ; s++) {
@@ -149,6 +176,11 @@ int main(void) {
         free_list(grads);
         enkai_tensor_free(loss);
         enkai_tensor_free(scaled);
+        if (ckpt && step % every == 0) {
+            char m[64];
+            snprintf(m, sizeof m, "{\"step\":%d}", step);
+            if (enkai_checkpoint_save_ranked_amp(ckpt, rank, world, params, opt, scaler, m)) fail("checkpoint");
+        }
         if (step % 25 == 0 && rank == 0) {
             double dt = now() - window;
             window = now();

@@ -468,6 +468,32 @@ int enkai_checkpoint_save_ranked(const char *dir,
                                  const char *meta_json);
 
 /**
+ * `enkai_checkpoint_save_ranked` that also stores this rank's GradScaler
+ * `scaler` in its shard; restore it with `enkai_checkpoint_load_ranked_scaler`.
+ *
+ * # Safety
+ * As `enkai_checkpoint_save`.
+ */
+int enkai_checkpoint_save_ranked_amp(const char *dir,
+                                     int64_t rank,
+                                     int64_t world,
+                                     const char *params,
+                                     int64_t opt,
+                                     int64_t scaler,
+                                     const char *meta_json);
+
+/**
+ * A new GradScaler handle (owned by the caller) with the state rank `rank`
+ * saved by `enkai_checkpoint_save_ranked_amp` in the latest ranked snapshot
+ * of `dir` (verified against the manifest); 0 with `E_CKPT_MISSING` (no
+ * scaler saved) or the errors of `enkai_checkpoint_load_ranked`.
+ *
+ * # Safety
+ * `dir` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_checkpoint_load_ranked_scaler(const char *dir, int64_t rank);
+
+/**
  * Loads rank `rank`'s shard of the latest ranked snapshot of `dir`, verified
  * against both `manifest.json` and its own integrity.json; outputs and errors
  * as `enkai_checkpoint_load`, plus `E_CKPT_MISSING` naming a missing rank.

@@ -21,6 +21,7 @@ __all__ = [
     "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
     "AdamW", "adamw_step_multi", "GradScaler", "autocast", "tinylm_init", "forward_tinylm", "lm_init", "forward_lm", "lm_logits",
     "checkpoint_save", "checkpoint_load", "checkpoint_load_scaler", "checkpoint_save_ranked", "checkpoint_load_ranked",
+    "checkpoint_load_ranked_scaler",
 ]
 
 _CODES = {}
@@ -598,9 +599,19 @@ def checkpoint_load_scaler(dir):
     return s
 
 
-def checkpoint_save_ranked(dir, rank, world, params, opt=None, meta="{}"):
-    _check_status(lib.enkai_checkpoint_save_ranked(_path(dir), rank, world, _handles_json(params),
-                                                   opt.handle if opt else 0, _enc(meta)))
+def checkpoint_save_ranked(dir, rank, world, params, opt=None, meta="{}", scaler=None):
+    if scaler is None:
+        _check_status(lib.enkai_checkpoint_save_ranked(_path(dir), rank, world, _handles_json(params),
+                                                       opt.handle if opt else 0, _enc(meta)))
+    else:
+        _check_status(lib.enkai_checkpoint_save_ranked_amp(_path(dir), rank, world, _handles_json(params),
+                                                           opt.handle if opt else 0, scaler.handle, _enc(meta)))
+
+
+def checkpoint_load_ranked_scaler(dir, rank):
+    s = GradScaler.__new__(GradScaler)
+    s.handle = _check_handle(lib.enkai_checkpoint_load_ranked_scaler(_path(dir), rank))
+    return s
 
 
 def checkpoint_load_ranked(dir, rank):

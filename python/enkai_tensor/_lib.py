@@ -117,6 +117,8 @@ SIGNATURES = {
     "enkai_checkpoint_load": (c_int, [c_str, c_char_pp, c_size_p, ctypes.POINTER(c_i64), c_char_pp, c_size_p]),
     "enkai_checkpoint_load_scaler": (c_i64, [c_str]),
     "enkai_checkpoint_save_ranked": (c_int, [c_str, c_i64, c_i64, c_str, c_i64, c_str]),
+    "enkai_checkpoint_save_ranked_amp": (c_int, [c_str, c_i64, c_i64, c_str, c_i64, c_i64, c_str]),
+    "enkai_checkpoint_load_ranked_scaler": (c_i64, [c_str, c_i64]),
     "enkai_checkpoint_load_ranked": (c_int, [c_str, c_i64, c_char_pp, c_size_p, ctypes.POINTER(c_i64), c_char_pp,
                                              c_size_p]),
     "enkai_dist_config": (c_int, [c_i64, c_i64, c_i64, c_i64]),

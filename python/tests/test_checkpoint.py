@@ -325,6 +325,22 @@ def test_a_round_a_rank_never_joins_fails_and_keeps_latest(tmp_path):
     assert et.checkpoint_load_ranked(tmp_path, 1)[2] == b'{"step": 3}'
 
 
+def test_ranked_saves_keep_the_grad_scaler(tmp_path):
+    scaler = et.GradScaler(init_scale=1024.0, growth_interval=3)
+    scaler.update(found_inf=True)  # the scale halves: 512
+    p = et.ones([2])
+    et.checkpoint_save_ranked(tmp_path / "amp", 0, 1, [p], None, "{}", scaler=scaler)
+    back = et.checkpoint_load_ranked_scaler(tmp_path / "amp", 0)
+    assert back.get_scale() == scaler.get_scale() == 512.0
+    et.checkpoint_save_ranked(tmp_path / "plain", 0, 1, [p])
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load_ranked_scaler(tmp_path / "plain", 0)
+    assert ex.value.code == "E_CKPT_MISSING"
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load_ranked_scaler(tmp_path / "plain", 1)
+    assert ex.value.code == "E_INVALID_ARG"
+
+
 def test_a_dead_writers_shard_never_completes_a_round(tmp_path):
     assert outcomes(ranks_save(tmp_path, 2, 1)) == {0: (0, ""), 1: (0, "")}
     (victim,) = ranks_save(tmp_path, 2, 2, ranks=[1]).values()

@@ -10,7 +10,7 @@ mod fsutil;
 mod ranked;
 pub mod safetensors;
 
-pub use ranked::{load_ranked, save_ranked};
+pub use ranked::{load_ranked, load_ranked_scaler, save_ranked};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::amp::{self, ScalerExport};
 use crate::backend::{self, imp};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::optim::{self, Hyper};
 use crate::registry::TENSORS;
 use crate::{json as ijson, tensor};
@@ -390,8 +390,14 @@ pub fn load(dir: &str) -> Result<(Vec<i64>, i64, Vec<u8>)> {
 /// A new scaler with the state saved in the latest snapshot of `dir`.
 pub fn load_scaler(dir: &str) -> Result<i64> {
     let snap = fsutil::latest(Path::new(dir))?;
-    let files = read_verified(&snap, None, None)?;
-    let bytes = bytes_of(&files, SCALER).ok_or_else(|| crate::err!(E_CKPT_MISSING, "{} has no {SCALER}", snap.display()))?;
+    scaler_in(&snap, None)
+}
+
+/// A new scaler from the verified `scaler.json` of the snapshot (or shard) `dir`.
+fn scaler_in(dir: &Path, expected: Option<&BTreeMap<String, String>>) -> Result<i64> {
+    let listed = |e: Error| if e.code == crate::Code::E_CKPT_FORMAT && e.detail.contains("does not list") { crate::err!(E_CKPT_MISSING, "{} has no {SCALER}", dir.display()) } else { e };
+    let files = read_verified(dir, expected, Some(SCALER)).map_err(listed)?;
+    let bytes = bytes_of(&files, SCALER).ok_or_else(|| crate::err!(E_CKPT_MISSING, "{} has no {SCALER}", dir.display()))?;
     let v: Value = serde_json::from_slice(bytes).map_err(|e| format_err(SCALER, e))?;
     let f = |k: &str| v.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(SCALER, format!("no number {k:?}")));
     let i = |k: &str| v.get(k).and_then(Value::as_i64).ok_or_else(|| format_err(SCALER, format!("no integer {k:?}")));

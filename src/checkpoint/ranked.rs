@@ -102,7 +102,7 @@ fn shard_hashes(pending: &Path, r: i64) -> Result<Value> {
     Ok(v["files"].clone())
 }
 
-pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
+pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, scaler: i64, meta: &str) -> Result<()> {
     if world < 1 || !(0..world).contains(&rank) {
         crate::bail!(E_INVALID_ARG, "rank {rank} is not in a world of {world}");
     }
@@ -115,8 +115,8 @@ pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, met
     let dir = Path::new(dir);
     std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
     match group {
-        Some(_) => save_through_group(dir, rank, world, params, opt, meta),
-        None => save_through_files(dir, rank, world, params, opt, meta),
+        Some(_) => save_through_group(dir, rank, world, (params, opt, scaler, meta)),
+        None => save_through_files(dir, rank, world, (params, opt, scaler, meta)),
     }
 }
 
@@ -125,12 +125,15 @@ fn next_round(dir: &Path) -> Result<u64> {
     Ok(fsutil::last_snapshot(dir)? + 1)
 }
 
-fn save_through_group(dir: &Path, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
+/// What a rank saves: params, optimizer, scaler (0 for none), meta.
+type What<'a> = (&'a str, i64, i64, &'a str);
+
+fn save_through_group(dir: &Path, rank: i64, world: i64, (params, opt, scaler, meta): What) -> Result<()> {
     let call = "checkpoint_save_ranked";
     // 1. Every rank writes and fsyncs its shard (or records why it could not).
     let mut partition = None;
     let local = (|| -> Result<(u64, Value)> {
-        let (plan, p) = gather(params, opt, 0, meta.as_bytes())?;
+        let (plan, p) = gather(params, opt, scaler, meta.as_bytes())?;
         partition = p;
         let round = next_round(dir)?;
         let pending = round_dir(dir, round);
@@ -201,8 +204,8 @@ fn decide(dir: &Path, world: i64, reports: &[Vec<u8>], partition: &Partition) ->
     committed
 }
 
-fn save_through_files(dir: &Path, rank: i64, world: i64, params: &str, opt: i64, meta: &str) -> Result<()> {
-    let (plan, partition) = gather(params, opt, 0, meta.as_bytes())?;
+fn save_through_files(dir: &Path, rank: i64, world: i64, (params, opt, scaler, meta): What) -> Result<()> {
+    let (plan, partition) = gather(params, opt, scaler, meta.as_bytes())?;
     let timeout = dist::rendezvous::timeout(&dist::rendezvous::ProcessEnv, 0.0)?;
     let round = next_round(dir)?;
     let pending = round_dir(dir, round);
@@ -287,43 +290,78 @@ fn wait_for_commit(dir: &Path, pending: &Path, round: u64, rank: i64, world: i64
     }
 }
 
+/// The latest ranked snapshot of a directory, as rank `rank` reads it.
+struct Saved {
+    snap: PathBuf,
+    manifest: Value,
+    world: i64,
+    /// The world size of a live process group that differs from the saved one.
+    resharding: Option<i64>,
+}
+
+impl Saved {
+    fn latest(dir: &str, rank: i64) -> Result<Saved> {
+        let snap = fsutil::latest(Path::new(dir))?;
+        let mpath = snap.join(MANIFEST);
+        let raw = fsutil::read_required(&mpath)?;
+        let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(MANIFEST, e))?;
+        let world = v.get("world").and_then(Value::as_i64).filter(|w| *w >= 1).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
+        let ranks = v.get("ranks").and_then(Value::as_object).ok_or_else(|| format_err(MANIFEST, "no \"ranks\""))?;
+        if let Some(r) = (0..world).find(|r| !ranks.contains_key(&r.to_string())) {
+            crate::bail!(E_CKPT_MISSING, "{} does not list rank{r}", mpath.display());
+        }
+        let resharding = match dist::multi_rank_group()? {
+            Some((gw, gr)) if gr != rank => {
+                crate::bail!(E_INVALID_ARG, "load_ranked: rank {rank}, but this process is rank {gr} of {gw} in the process group")
+            }
+            Some((gw, _)) => (gw != world).then_some(gw),
+            None if !(0..world).contains(&rank) => crate::bail!(E_INVALID_ARG, "rank {rank} is not in the saved world of {world}"),
+            None => None,
+        };
+        Ok(Saved { snap, manifest: v, world, resharding })
+    }
+
+    /// The manifest's hashes of saved rank `r`'s files.
+    fn expected(&self, r: i64) -> Result<std::collections::BTreeMap<String, String>> {
+        serde_json::from_value(self.manifest["ranks"][&r.to_string()].clone()).map_err(|e| format_err(MANIFEST, e))
+    }
+
+    fn shard_dir(&self, r: i64) -> Result<PathBuf> {
+        let path = self.snap.join(format!("rank{r}"));
+        if !path.is_dir() {
+            crate::bail!(E_CKPT_MISSING, "rank{r} is missing from {}", self.snap.display());
+        }
+        Ok(path)
+    }
+
+    /// Saved rank `r`'s verified files (or only the file `only`).
+    fn shard(&self, r: i64, only: Option<&str>) -> Result<Files> {
+        read_verified(&self.shard_dir(r)?, Some(&self.expected(r)?), only)
+    }
+}
+
+/// A new scaler with the state rank `rank` saved in the latest ranked snapshot
+/// (saved rank `rank % world` when the world size changed).
+pub fn load_ranked_scaler(dir: &str, rank: i64) -> Result<i64> {
+    let saved = Saved::latest(dir, rank)?;
+    let r = rank % saved.world;
+    super::scaler_in(&saved.shard_dir(r)?, Some(&saved.expected(r)?))
+}
+
 /// Rank `rank`'s part of the latest ranked snapshot. With a process group of
 /// another size than the saved world, a sharded optimizer is re-partitioned
 /// over the new world from every saved rank's moments, and params and meta
 /// come from saved rank `rank % world` (data-parallel params are the same on
 /// every rank).
 pub fn load_ranked(dir: &str, rank: i64) -> Result<(Vec<i64>, i64, Vec<u8>)> {
-    let snap = fsutil::latest(Path::new(dir))?;
-    let mpath = snap.join(MANIFEST);
-    let raw = fsutil::read_required(&mpath)?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(MANIFEST, e))?;
-    let world = v.get("world").and_then(Value::as_i64).filter(|w| *w >= 1).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
-    let ranks = v.get("ranks").and_then(Value::as_object).ok_or_else(|| format_err(MANIFEST, "no \"ranks\""))?;
-    if let Some(r) = (0..world).find(|r| !ranks.contains_key(&r.to_string())) {
-        crate::bail!(E_CKPT_MISSING, "{} does not list rank{r}", mpath.display());
-    }
-    let group = dist::multi_rank_group()?;
-    let resharding = match group {
-        Some((gw, gr)) if gr != rank => {
-            crate::bail!(E_INVALID_ARG, "load_ranked: rank {rank}, but this process is rank {gr} of {gw} in the process group")
-        }
-        Some((gw, _)) => (gw != world).then_some(gw),
-        None if !(0..world).contains(&rank) => crate::bail!(E_INVALID_ARG, "rank {rank} is not in the saved world of {world}"),
-        None => None,
-    };
-    let shard = |r: i64, only: Option<&str>| -> Result<Files> {
-        let expected = serde_json::from_value(ranks[&r.to_string()].clone()).map_err(|e| format_err(MANIFEST, e))?;
-        let path = snap.join(format!("rank{r}"));
-        if !path.is_dir() {
-            crate::bail!(E_CKPT_MISSING, "rank{r} is missing from {}", snap.display());
-        }
-        read_verified(&path, Some(&expected), only)
-    };
-    let Some(new_world) = resharding else {
+    let saved = Saved::latest(dir, rank)?;
+    let world = saved.world;
+    let shard = |r: i64, only: Option<&str>| saved.shard(r, only);
+    let Some(new_world) = saved.resharding else {
         return restore(shard(rank, None)?, Sharding::AsSaved { rank });
     };
     let mut files = shard(rank % world, None)?;
-    if v.get("partition").is_none() {
+    if saved.manifest.get("partition").is_none() {
         // Not sharded: every rank saved the whole optimizer state.
         return restore(files, Sharding::AsSaved { rank });
     }

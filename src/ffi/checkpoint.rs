@@ -137,7 +137,39 @@ pub unsafe extern "C" fn enkai_checkpoint_save_ranked(
     opt: i64,
     meta_json: *const c_char,
 ) -> c_int {
-    status(|| unsafe { checkpoint::save_ranked(str_arg(dir, "dir")?, rank, world, str_arg(params, "params")?, opt, meta_arg(meta_json)?) })
+    status(|| unsafe { checkpoint::save_ranked(str_arg(dir, "dir")?, rank, world, str_arg(params, "params")?, opt, 0, meta_arg(meta_json)?) })
+}
+
+/// `enkai_checkpoint_save_ranked` that also stores this rank's GradScaler
+/// `scaler` in its shard; restore it with `enkai_checkpoint_load_ranked_scaler`.
+///
+/// # Safety
+/// As `enkai_checkpoint_save`.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_checkpoint_save_ranked_amp(
+    dir: *const c_char,
+    rank: i64,
+    world: i64,
+    params: *const c_char,
+    opt: i64,
+    scaler: i64,
+    meta_json: *const c_char,
+) -> c_int {
+    status(|| unsafe {
+        checkpoint::save_ranked(str_arg(dir, "dir")?, rank, world, str_arg(params, "params")?, opt, scaler, meta_arg(meta_json)?)
+    })
+}
+
+/// A new GradScaler handle (owned by the caller) with the state rank `rank`
+/// saved by `enkai_checkpoint_save_ranked_amp` in the latest ranked snapshot
+/// of `dir` (verified against the manifest); 0 with `E_CKPT_MISSING` (no
+/// scaler saved) or the errors of `enkai_checkpoint_load_ranked`.
+///
+/// # Safety
+/// `dir` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_checkpoint_load_ranked_scaler(dir: *const c_char, rank: i64) -> i64 {
+    guard(|| checkpoint::load_ranked_scaler(unsafe { str_arg(dir, "dir")? }, rank))
 }
 
 /// Loads rank `rank`'s shard of the latest ranked snapshot of `dir`, verified
