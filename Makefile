@@ -71,6 +71,7 @@ bench: build build/bench/ops_c build/bench/tinylm_c
 	python benches/tinylm_compare.py build/bench/tinylm_c
 	python benches/checkpoint_compare.py
 	python benches/dist_compare.py
+	python benches/dist_checkpoint_compare.py
 
 build/bench/%: benches/%.c include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)

@@ -325,6 +325,22 @@ def test_a_round_a_rank_never_joins_fails_and_keeps_latest(tmp_path):
     assert et.checkpoint_load_ranked(tmp_path, 1)[2] == b'{"step": 3}'
 
 
+def test_a_checkpoint_carries_the_generator_state(tmp_path):
+    # A resumed run must draw what the uninterrupted one draws after the save
+    # (dropout masks, fresh randn): load restores the CPU generator's state.
+    p = et.randn([4])
+    et.manual_seed(123)
+    et.checkpoint_save(tmp_path / "plain", [p])
+    et.checkpoint_save_ranked(tmp_path / "ranked", 0, 1, [p])
+    after_save = et.randn([6]).tolist() + et.dropout(et.ones([64]), 0.5).tolist()
+    for load in [lambda: et.checkpoint_load(tmp_path / "plain"), lambda: et.checkpoint_load_ranked(tmp_path / "ranked", 0)]:
+        et.manual_seed(999)
+        load()
+        assert et.randn([6]).tolist() + et.dropout(et.ones([64]), 0.5).tolist() == after_save
+    torch.manual_seed(123)  # the state saved is torch.get_rng_state()'s, in PyTorch's own format
+    assert torch.equal(load_file(tmp_path / "plain" / "latest" / "rng.safetensors")["torch.cpu"], torch.get_rng_state())
+
+
 def test_ranked_saves_keep_the_grad_scaler(tmp_path):
     scaler = et.GradScaler(init_scale=1024.0, growth_interval=3)
     scaler.update(found_inf=True)  # the scale halves: 512

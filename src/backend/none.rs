@@ -150,6 +150,11 @@ pub fn requires_grad(t: &Raw) -> bool {
 
 unavailable! {
     pub fn scaler_state_with(s: f64, t: i64, d: Device) -> Result<(Raw, Raw)>;
+    pub fn set_rng_state(s: &Raw) -> Result<()>;
+}
+
+pub fn rng_state() -> Result<Raw> {
+    Err(unavailable())
 }
 
 pub fn with_bytes<R>(t: &Raw, _f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {

@@ -31,6 +31,7 @@ const PARAMS: &str = "params.safetensors";
 const OPTIMIZER: &str = "optimizer.safetensors";
 const SCALER: &str = "scaler.json";
 const META: &str = "meta.json";
+const RNG: &str = "rng.safetensors";
 const INTEGRITY: &str = "integrity.json";
 const MANIFEST: &str = "manifest.json";
 
@@ -128,6 +129,13 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Par
         let v = json!({"scale": s.scale, "growth_tracker": s.growth_tracker, "init_scale": s.init_scale,
                        "growth_factor": s.growth, "backoff_factor": s.backoff, "growth_interval": s.interval});
         plan.insert(SCALER.into(), Content::Bytes(v.to_string().into_bytes()));
+    }
+    // The generator's state, so that a resumed run draws the same dropout masks.
+    if backend::active_built().is_ok() {
+        let rng = imp::rng_state()?;
+        let mut m = BTreeMap::new();
+        m.insert("format".into(), "enkai-rng-1".into());
+        plan.insert(RNG.into(), tensors_file(vec![("torch.cpu".into(), rng)], &m)?);
     }
     plan.insert(META.into(), Content::Bytes(meta.to_vec()));
     Ok((plan, partition))
@@ -379,6 +387,16 @@ fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u
         }
     };
     let meta = bytes_of(&files, META).ok_or_else(|| format_err(INTEGRITY, format!("does not list {META}")))?.to_vec();
+    // Last, so that a load that fails leaves the generator as it was.
+    if let Some((mut rng, _)) = take_tensors(&mut files, RNG)? {
+        let state = rng.remove("torch.cpu").ok_or_else(|| format_err(RNG, "no \"torch.cpu\" state"))?;
+        if let Err(e) = imp::set_rng_state(&state) {
+            if opt != 0 {
+                let _ = crate::registry::OPTIMIZERS.release(opt);
+            }
+            return Err(format_err(RNG, e.detail));
+        }
+    }
     Ok((made.keep(), opt, meta))
 }
 

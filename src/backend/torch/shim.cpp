@@ -7,6 +7,7 @@
 #include "shim_guard.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 
@@ -72,6 +73,24 @@ void enkai_shim_autocast_increment_nesting() { at::autocast::increment_nesting()
 // Leaving the outermost region clears the cast cache, as torch.autocast's __exit__ does.
 void enkai_shim_autocast_decrement_nesting() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+}
+
+// The CPU generator's state (randn, dropout), as torch.get_rng_state() gives it.
+char* enkai_shim_rng_get_state(at::Tensor** out) {
+  return guarded([&] {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    *out = new at::Tensor(gen.get_state());
+  });
+}
+
+// torch.set_rng_state(state): rejects a state of the wrong size or dtype.
+char* enkai_shim_rng_set_state(at::Tensor* state) {
+  return guarded([&] {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(*state);
+  });
 }
 
 }  // extern "C"

@@ -28,6 +28,8 @@ extern "C" {
     fn enkai_shim_autocast_get(device: c_int, enabled: *mut c_int, dtype: *mut c_int);
     fn enkai_shim_autocast_set(device: c_int, enabled: c_int, dtype: c_int) -> *mut c_char;
     fn enkai_shim_autocast_increment_nesting();
+    fn enkai_shim_rng_get_state(out: *mut *mut torch_sys::C_tensor) -> *mut c_char;
+    fn enkai_shim_rng_set_state(state: AtTensor) -> *mut c_char;
     fn enkai_shim_autocast_decrement_nesting();
 }
 
@@ -161,4 +163,21 @@ pub fn autocast_nesting(enter: bool) {
             enkai_shim_autocast_decrement_nesting()
         }
     }
+}
+
+/// The CPU generator's state as a uint8 tensor (`torch.get_rng_state()`).
+pub fn rng_state() -> Result<Raw> {
+    let mut out = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; on success it holds a new at::Tensor* that tch now owns.
+    shim(unsafe { enkai_shim_rng_get_state(&mut out) })?;
+    if out.is_null() {
+        return Err(crate::err!(E_INTERNAL, "no RNG state"));
+    }
+    Ok(Raw(unsafe { tch::Tensor::from_ptr(out) }))
+}
+
+/// Restores a state from `rng_state` (`torch.set_rng_state`).
+pub fn set_rng_state(state: &Raw) -> Result<()> {
+    // SAFETY: a live tensor; the shim catches every C++ exception.
+    shim(unsafe { enkai_shim_rng_set_state(ptr(&state.0)) })
 }
