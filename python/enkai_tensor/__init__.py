@@ -188,17 +188,21 @@ class Tensor:
         return f"Tensor(handle={self.handle}, shape={list(self.shape)}, dtype={self.dtype})"
 
     # ops
+    def _binary(self, fn, o):
+        o = _as_tensor(o, self)  # held here: a temporary freed before the call would be a stale handle
+        return Tensor(fn(self.handle, o.handle))
+
     def __add__(self, o):
-        return Tensor(lib.enkai_tensor_add(self.handle, _as_tensor(o, self).handle))
+        return self._binary(lib.enkai_tensor_add, o)
 
     def __sub__(self, o):
-        return Tensor(lib.enkai_tensor_sub(self.handle, _as_tensor(o, self).handle))
+        return self._binary(lib.enkai_tensor_sub, o)
 
     def __mul__(self, o):
-        return Tensor(lib.enkai_tensor_mul(self.handle, _as_tensor(o, self).handle))
+        return self._binary(lib.enkai_tensor_mul, o)
 
     def __truediv__(self, o):
-        return Tensor(lib.enkai_tensor_div(self.handle, _as_tensor(o, self).handle))
+        return self._binary(lib.enkai_tensor_div, o)
 
     def __matmul__(self, o):
         return Tensor(lib.enkai_tensor_matmul(self.handle, o.handle))

@@ -212,3 +212,11 @@ def test_zero_size_and_scalar_inputs():
     check(lambda a, b: a @ b, torch.matmul, torch.randn(0, 3), torch.randn(3, 0))
     check(lambda e: e.softmax(0), lambda t: torch.softmax(t, 0), torch.randn(()))
     check(lambda e: e.relu(), torch.relu, torch.randn(()))
+
+
+def test_operators_with_python_scalars_keep_their_operand_alive():
+    # `x * 2.0` makes a 0-dim tensor for 2.0; it must live until the C call returns
+    x = et.full([3], 3.0)
+    assert (x * 2.0).tolist() == [6.0] * 3 and (x + 1).tolist() == [4.0] * 3
+    assert (x - 1.0).tolist() == [2.0] * 3 and (x / 2).tolist() == [1.5] * 3
+    assert (2.0 * x).tolist() == [6.0] * 3 and (1 - x).tolist() == [-2.0] * 3

@@ -40,6 +40,17 @@ def test_sharded_adamw_equals_unsharded_and_zero_redundancy_optimizer(world, tmp
     assert max(per_rank) <= full / world * 1.25, (per_rank, full)
 
 
+def test_grad_scaler_skips_every_rank_together_on_a_sharded_optimizer(tmp_path):
+    sharded, plain = run("sharded", 2, tmp_path, AMP=1), run("plain", 2, tmp_path, AMP=1)
+    for r in range(2):
+        # found-inf is the same on every rank, so every rank skips step 2 (no collective
+        # is entered by one rank alone) and the scale backs off the same way
+        assert sharded[r]["skipped"] == plain[r]["skipped"] == [2]
+        assert sharded[r]["scale"] == plain[r]["scale"] == 2.0 ** 9
+        for i, (a, b) in enumerate(zip(sharded[r]["params"], plain[0]["params"])):
+            assert torch.equal(a, b), (r, i)
+
+
 @pytest.mark.parametrize("saved,loaded", [(2, 2), (4, 2), (2, 4)])
 def test_sharded_checkpoints_restore_and_reshard(saved, loaded, tmp_path):
     ckpt = tmp_path / "ckpt"

@@ -57,16 +57,27 @@ def ours(sharded, phase="all"):
         if sharded:
             opt.shard()
         steps = range(3) if phase == "first" else range(STEPS)
+    # AMP=1: GradScaler steps (enkai_amp_step), with an inf injected at step 2 on every rank
+    scaler = et.GradScaler(init_scale=2.0 ** 10) if os.environ.get("AMP") == "1" else None
+    skipped = []
     for s in steps:
         if s == 3:
             opt.set_lr(1, LR / 4)
         x, y = batch(s)
         et.zero_grad_multi(params)
-        et.forward_lm(params, SPEC, x.flatten().tolist(), y.flatten().tolist(), BATCH, SPEC["seq_len"]).backward()
-        opt.step()
+        loss = et.forward_lm(params, SPEC, x.flatten().tolist(), y.flatten().tolist(), BATCH, SPEC["seq_len"])
+        if scaler is None:
+            loss.backward()
+            opt.step()
+            continue
+        if s == 2:
+            loss = loss * float("inf")
+        if not scaler.step(loss, params, opt):
+            skipped.append(s)
     if phase == "first":
         et.checkpoint_save_ranked(os.environ["CKPT_DIR"], RANK, WORLD, params, opt, '{"step": 3}')
-    out = {"params": [to_torch(p) for p in params], "state_bytes": opt.state_bytes}
+    out = {"params": [to_torch(p) for p in params], "state_bytes": opt.state_bytes, "skipped": skipped,
+           "scale": scaler.get_scale() if scaler else None}
     dist.shutdown()
     return out
 

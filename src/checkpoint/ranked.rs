@@ -9,7 +9,8 @@
 //! collective, so every rank of a round reads the same last snapshot.
 //!
 //! - With a process group (`enkai_dist_init` of more than one rank), the
-//!   commit goes through it as PyTorch's DCP does: every rank writes and
+//!   commit goes through it as PyTorch's DCP does (the directory must be
+//!   shared by every rank: one host, or a shared file system): every rank writes and
 //!   fsyncs its shard, rank 0 gathers every rank's file hashes, writes the
 //!   manifest and switches `latest`, and the outcome goes back to every rank,
 //!   so all return after the commit with the same result.
@@ -196,6 +197,13 @@ fn decide(dir: &Path, world: i64, reports: &[Vec<u8>], partition: &Partition) ->
         ));
     };
     let pending = round_dir(dir, round);
+    if let Some(r) = (0..world).find(|r| !pending.join(format!("rank{r}")).join(INTEGRITY).is_file()) {
+        return abandon(crate::err!(
+            E_CKPT_INCOMPLETE,
+            "rank {r} wrote its shard, but not into {} as rank 0 sees it: every rank must save into one shared directory; nothing was committed",
+            pending.display()
+        ));
+    }
     let _lock = fsutil::DirLock::take(dir)?;
     let committed = commit_round(dir, &pending, round, world, ranks, partition);
     if committed.is_err() {
