@@ -637,7 +637,8 @@ int64_t enkai_dist_all_gather(int64_t t);
 int enkai_dist_shutdown(void);
 
 /**
- * The ABI version as `major << 32 | minor << 16 | patch`. Never fails.
+ * The ABI version as `major << 32 | minor << 16 | patch`. Never fails; like
+ * every entry, it clears this thread's last error.
  */
 uint64_t enkai_abi_version(void);
 

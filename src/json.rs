@@ -61,21 +61,26 @@ fn quick_int_list(b: &[u8]) -> Option<Vec<i64>> {
     }
 }
 
+/// JSON's whitespace (RFC 8259): space, tab, newline, carriage return, and no other.
+fn json_trim(s: &str) -> &str {
+    s.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'))
+}
+
 fn precise_int_list(text: &str, what: &str) -> Result<Vec<i64>> {
     let fail = |why: String| crate::err!(E_INVALID_ARG, "{what} {text:?}: {why}");
-    let body = text.trim();
+    let body = json_trim(text);
     let inner = body
         .strip_prefix('[')
         .and_then(|b| b.strip_suffix(']'))
         .ok_or_else(|| fail("expected a JSON array of integers such as [2,3]".into()))?;
-    if inner.trim().is_empty() {
+    if json_trim(inner).is_empty() {
         return Ok(Vec::new());
     }
     inner
         .split(',')
         .enumerate()
         .map(|(i, raw)| {
-            let tok = raw.trim();
+            let tok = json_trim(raw);
             element(tok).map_err(|why| fail(format!("element {i} {why}")))
         })
         .collect()

@@ -77,3 +77,48 @@ def test_backend_mismatch():
     with pytest.raises(et.EnkaiError) as ex:
         a @ b
     assert ex.value.code == "E_BACKEND_MISMATCH"
+
+
+# --- hostile-call defects, each with its regression test ---------------------------------------
+
+def test_a_failing_call_does_not_leave_autograd_off_on_its_thread():
+    i = et.ones([3], "int64")
+    with pytest.raises(et.EnkaiError):
+        et.clip_grad_norm_multi([i], 1.0, 2.0)  # fails inside a no-grad scope
+    x = et.ones([2]).require_grad()
+    (x * x).sum().backward()  # grad mode was restored on the way out
+    assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_a_ranked_world_from_one_bad_integer_is_refused_at_once(tmp_path):
+    for world in [1 << 40, (1 << 63) - 1]:
+        with pytest.raises(et.EnkaiError) as ex:
+            et.checkpoint_save_ranked(tmp_path, 0, world, [])
+        assert ex.value.code == "E_INVALID_ARG" and "limit" in str(ex.value)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_empty_checkpoint_directory_is_refused_by_every_call():
+    for call in [lambda: et.checkpoint_save("", []), lambda: et.checkpoint_load(""),
+                 lambda: et.checkpoint_load_scaler(""), lambda: et.checkpoint_save_ranked("", 0, 1, []),
+                 lambda: et.checkpoint_load_ranked("", 0), lambda: et.checkpoint_load_ranked_scaler("", 0)]:
+        with pytest.raises(et.EnkaiError) as ex:
+            call()
+        assert ex.value.code == "E_INVALID_ARG" and "empty" in str(ex.value)
+
+
+def test_abi_version_clears_the_last_error():
+    assert lib.enkai_tensor_free(12345) == 1 and lib.enkai_tensor_last_error_code() != 0
+    assert lib.enkai_abi_version() >> 32 == 1
+    assert lib.enkai_tensor_last_error() is None and lib.enkai_tensor_last_error_code() == 0
+
+
+@pytest.mark.parametrize("shape", ["[2,\u00a03]", "\u3000[2]", "[2]\u00a0", "[\u20282]"])
+def test_only_json_whitespace_is_whitespace(shape):
+    before = et.live()["tensors"]
+    with pytest.raises(et.EnkaiError) as ex:
+        et.Tensor(lib.enkai_tensor_zeros(shape.encode(), b"fp32", et.device().handle))
+    assert ex.value.code == "E_INVALID_ARG"
+    assert et.live()["tensors"] == before
+    et.zeros([2, 3])  # and JSON's own whitespace is fine:
+    assert et.Tensor(lib.enkai_tensor_zeros(b" [ 2 ,\t3\n]\r", b"fp32", et.device().handle)).shape == (2, 3)

@@ -35,6 +35,15 @@ const RNG: &str = "rng.safetensors";
 const INTEGRITY: &str = "integrity.json";
 const MANIFEST: &str = "manifest.json";
 
+/// A checkpoint directory argument: never empty (an empty path would mean the
+/// working directory to some calls and nothing to others).
+fn dir_arg(dir: &str) -> Result<&Path> {
+    if dir.is_empty() {
+        crate::bail!(E_INVALID_ARG, "the checkpoint directory is an empty string");
+    }
+    Ok(Path::new(dir))
+}
+
 fn format_err(what: &str, why: impl std::fmt::Display) -> crate::Error {
     crate::err!(E_CKPT_FORMAT, "{what}: {why}")
 }
@@ -170,7 +179,7 @@ pub fn save(dir: &str, params: &str, opt: i64, scaler: i64, meta: &str) -> Resul
     if partition.is_some() {
         crate::bail!(E_INVALID_ARG, "optimizer {opt} is sharded: each rank holds only its part of the state, so save it with enkai_checkpoint_save_ranked");
     }
-    let dir = Path::new(dir);
+    let dir = dir_arg(dir)?;
     let staged = fsutil::staging(dir, "save")?;
     let written = write_files(&staged, &plan).and_then(|_| {
         let _lock = fsutil::DirLock::take(dir)?;
@@ -401,13 +410,13 @@ fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u
 }
 
 pub fn load(dir: &str) -> Result<(Vec<i64>, i64, Vec<u8>)> {
-    let snap = fsutil::latest(Path::new(dir))?;
+    let snap = fsutil::latest(dir_arg(dir)?)?;
     restore(read_verified(&snap, None, None)?, Sharding::AsSaved { rank: 0 })
 }
 
 /// A new scaler with the state saved in the latest snapshot of `dir`.
 pub fn load_scaler(dir: &str) -> Result<i64> {
-    let snap = fsutil::latest(Path::new(dir))?;
+    let snap = fsutil::latest(dir_arg(dir)?)?;
     scaler_in(&snap, None)
 }
 

@@ -32,6 +32,10 @@ use super::{FORMAT, INTEGRITY, MANIFEST, OPTIMIZER};
 use crate::dist;
 use crate::error::{Error, Result};
 
+/// The largest world a ranked checkpoint takes: the protocol walks every rank,
+/// so a world from one bad integer must not become billions of steps.
+const MAX_WORLD: i64 = 1 << 20;
+
 fn round_dir(dir: &Path, round: u64) -> PathBuf {
     dir.join(format!(".round-{round:06}"))
 }
@@ -104,16 +108,19 @@ fn shard_hashes(pending: &Path, r: i64) -> Result<Value> {
 }
 
 pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, scaler: i64, meta: &str) -> Result<()> {
+    if world > MAX_WORLD {
+        crate::bail!(E_INVALID_ARG, "a world of {world} ranks is larger than the limit of {MAX_WORLD}");
+    }
     if world < 1 || !(0..world).contains(&rank) {
         crate::bail!(E_INVALID_ARG, "rank {rank} is not in a world of {world}");
     }
+    let dir = super::dir_arg(dir)?;
     let group = dist::multi_rank_group()?;
     if let Some((gw, gr)) = group {
         if (gw, gr) != (world, rank) {
             crate::bail!(E_INVALID_ARG, "save_ranked: rank {rank} of {world}, but this process is rank {gr} of {gw} in the process group");
         }
     }
-    let dir = Path::new(dir);
     std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
     match group {
         Some(_) => save_through_group(dir, rank, world, (params, opt, scaler, meta)),
@@ -309,11 +316,14 @@ struct Saved {
 
 impl Saved {
     fn latest(dir: &str, rank: i64) -> Result<Saved> {
-        let snap = fsutil::latest(Path::new(dir))?;
+        let snap = fsutil::latest(super::dir_arg(dir)?)?;
         let mpath = snap.join(MANIFEST);
         let raw = fsutil::read_required(&mpath)?;
         let v: Value = serde_json::from_slice(&raw).map_err(|e| format_err(MANIFEST, e))?;
-        let world = v.get("world").and_then(Value::as_i64).filter(|w| *w >= 1).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
+        let world = v.get("world").and_then(Value::as_i64).ok_or_else(|| format_err(MANIFEST, "no \"world\""))?;
+        if !(1..=MAX_WORLD).contains(&world) {
+            return Err(format_err(MANIFEST, format!("world {world} is not between 1 and {MAX_WORLD}")));
+        }
         let ranks = v.get("ranks").and_then(Value::as_object).ok_or_else(|| format_err(MANIFEST, "no \"ranks\""))?;
         if let Some(r) = (0..world).find(|r| !ranks.contains_key(&r.to_string())) {
             crate::bail!(E_CKPT_MISSING, "{} does not list rank{r}", mpath.display());

@@ -6,9 +6,11 @@ use super::guard;
 use crate::error;
 use crate::registry::{DEVICES, OPTIMIZERS, SCALERS, TENSORS};
 
-/// The ABI version as `major << 32 | minor << 16 | patch`. Never fails.
+/// The ABI version as `major << 32 | minor << 16 | patch`. Never fails; like
+/// every entry, it clears this thread's last error.
 #[no_mangle]
 pub extern "C" fn enkai_abi_version() -> u64 {
+    crate::error::clear();
     const MAJOR: u64 = 1;
     const MINOR: u64 = 0;
     const PATCH: u64 = 0;

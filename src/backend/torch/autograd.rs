@@ -55,5 +55,7 @@ pub fn clip_grad_norm(grads: &[&Raw], max_norm: f64, norm_type: f64) -> Result<f
         }
         total.f_double_value(&[])
     };
-    tch::no_grad(run).map_err(torch_err)
+    // A guard, not tch::no_grad(f): its Drop restores grad mode even when `run` unwinds.
+    let _no_grad = tch::no_grad_guard();
+    run().map_err(torch_err)
 }

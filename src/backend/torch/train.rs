@@ -109,7 +109,9 @@ pub fn unscale(grads: &[&Raw], scale: &Raw) -> Result<bool> {
         }
         Ok(found)
     };
-    tch::no_grad(run)
+    // A guard, not tch::no_grad(f): its Drop restores grad mode even when `run` unwinds.
+    let _no_grad = tch::no_grad_guard();
+    run()
 }
 
 /// torch._amp_update_scale_ with PyTorch's growth/backoff rule.
