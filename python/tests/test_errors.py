@@ -122,3 +122,16 @@ def test_only_json_whitespace_is_whitespace(shape):
     assert et.live()["tensors"] == before
     et.zeros([2, 3])  # and JSON's own whitespace is fine:
     assert et.Tensor(lib.enkai_tensor_zeros(b" [ 2 ,\t3\n]\r", b"fp32", et.device().handle)).shape == (2, 3)
+
+
+def test_masked_softmax_of_an_empty_dimension_is_an_empty_result_not_a_kill():
+    # libtorch's masked-softmax kernels die with SIGFPE here (torch._masked_softmax too);
+    # the result is what plain softmax gives an empty input
+    x, m = et.zeros([2, 0]), et.zeros([2, 0], "bool")
+    for out in [et.masked_softmax(x, m, 1, 2), et.masked_softmax_backward(x, x, m, 1)]:
+        assert out.shape == (2, 0) and out.dtype == "fp32"
+    y = et.masked_softmax(et.zeros([1, 1, 3, 0]), et.zeros([1, 0], "bool"), 3, 1)
+    assert y.shape == tuple(torch.softmax(torch.zeros(1, 1, 3, 0), 3).shape)
+    with pytest.raises(et.EnkaiError) as ex:
+        et.masked_softmax(x, m, 5, 2)  # the dim is still checked
+    assert ex.value.code == "E_SHAPE"

@@ -69,12 +69,21 @@ pub fn softmax(x: &Raw, dim: i64) -> Result<Raw> {
 }
 
 /// `mask` of any dtype: non-zero means masked out.
+// libtorch's masked-softmax kernels divide by the softmax dimension's length
+// and die with SIGFPE on an empty input (PyTorch's own torch._masked_softmax
+// does too); an empty input gets what plain softmax gives it instead.
 pub fn masked_softmax(x: &Raw, mask: &Raw, dim: i64, mask_type: Option<i64>) -> Result<Raw> {
+    if x.0.numel() == 0 {
+        return wrap(x.0.f_softmax(dim, None::<tch::Kind>));
+    }
     let m = mask.0.f_ne(0).map_err(torch_err)?;
     wrap(x.0.f_internal_masked_softmax(&m, dim, mask_type))
 }
 
 pub fn masked_softmax_backward(grad: &Raw, out: &Raw, mask: &Raw, dim: i64) -> Result<Raw> {
+    if grad.0.numel() == 0 || out.0.numel() == 0 {
+        return wrap(tch::Tensor::f_internal_softmax_backward_data(&grad.0, &out.0, dim, out.0.kind()));
+    }
     let m = mask.0.f_ne(0).map_err(torch_err)?;
     wrap(tch::Tensor::f_internal_masked_softmax_backward(&grad.0, &out.0, &m, dim))
 }
