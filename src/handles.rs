@@ -4,6 +4,8 @@
 //! below 2^52, so it survives a round trip through an IEEE double (JSON readers
 //! in scripting VMs). Freeing a slot advances its generation, so a stale handle
 //! is recognised without remembering every freed handle, and the slot is reused.
+//! Generations never wrap: a slot whose generation is spent (2^26 owners) is
+//! retired, so a freed handle can never become live again.
 //! The registry lock is held only to look up or change a slot, never while a
 //! backend computes: lookups raise the slot's borrow count and hand out a `Ref`.
 
@@ -80,6 +82,8 @@ struct Meta {
     refs: u32,
     /// Calls using the value right now, outside the lock.
     borrows: u32,
+    /// Every generation has been handed out: the slot is never reused.
+    retired: bool,
 }
 
 const CHUNK: usize = 1024;
@@ -108,7 +112,9 @@ impl<T> Inner<T> {
         if m.borrows > 0 || m.refs > 0 {
             return None;
         }
-        self.free.push(slot);
+        if !m.retired {
+            self.free.push(slot);
+        }
         // SAFETY: no borrow is left and the lock is held: nobody else can see the value.
         unsafe { (*self.cell(slot).get()).take() }
     }
@@ -173,7 +179,7 @@ impl<T: Send + Sync> Registry<T> {
                 if g.meta.len().is_multiple_of(CHUNK) {
                     g.values.push((0..CHUNK).map(|_| UnsafeCell::new(None)).collect());
                 }
-                g.meta.push(Meta { generation: 0, refs: 0, borrows: 0 });
+                g.meta.push(Meta { generation: 0, refs: 0, borrows: 0, retired: false });
                 g.meta.len() - 1
             }
             None => crate::bail!(E_RESOURCE, "too many live {} handles (limit {})", self.kind.name(), MAX_SLOTS),
@@ -233,9 +239,9 @@ impl<T: Send + Sync> Registry<T> {
         let Some(m) = g.meta.get(d.slot) else {
             return crate::err!(E_HANDLE_INVALID, "{h} is not a {kind} handle (never issued)");
         };
-        // Generations only move forward (mod 2^26): a handle from the past half is stale.
-        let behind = m.generation.wrapping_sub(d.generation) & GEN_MASK;
-        if behind != 0 && behind < (1 << (GEN_BITS - 1)) {
+        // Generations only move forward and never wrap: an earlier one was
+        // issued and freed; a retired slot issued every one.
+        if d.generation < m.generation || m.retired {
             return crate::err!(E_HANDLE_STALE, "{kind} handle {h} was already freed");
         }
         crate::err!(E_HANDLE_INVALID, "{h} is not a {kind} handle (never issued)")
@@ -329,13 +335,21 @@ impl<T: Send + Sync> Registry<T> {
             if m.refs > 0 {
                 return Ok(());
             }
-            m.generation = m.generation.wrapping_add(1) & GEN_MASK;
-            let borrowed = m.borrows > 0;
+            // The last generation retires the slot instead of wrapping to 0,
+            // which would bring every freed handle of the slot back to life.
+            if m.generation == GEN_MASK {
+                m.retired = true;
+            } else {
+                m.generation += 1;
+            }
+            let (borrowed, retired) = (m.borrows > 0, m.retired);
             g.live -= 1;
             if borrowed {
                 None
             } else {
-                g.free.push(slot);
+                if !retired {
+                    g.free.push(slot);
+                }
                 // SAFETY: no borrows, lock held.
                 unsafe { (*g.cell(slot).get()).take() }
             }
@@ -363,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn generation_wraps_and_stays_stale() {
+    fn a_freed_slot_is_reused_under_a_new_generation() {
         let r: Registry<u8> = Registry::new(HandleKind::Tensor);
         let first = r.insert(1).unwrap();
         r.release(first).unwrap();
@@ -371,6 +385,36 @@ mod tests {
         assert_eq!(second & SLOT_MASK, first & SLOT_MASK);
         assert_eq!(r.get(first).err().map(|e| e.code), Some(Code::E_HANDLE_STALE));
         assert_eq!(*r.get(second).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_slot_retires_instead_of_wrapping_its_generation() {
+        let r: Registry<u8> = Registry::new(HandleKind::Tensor);
+        let first = r.insert(1).unwrap();
+        r.release(first).unwrap();
+        let slot = (first & SLOT_MASK) as usize;
+        // as after 2^26 - 1 owners of this slot: the next owner gets the last generation
+        r.lock().meta[slot].generation = GEN_MASK;
+        let last = r.insert(2).unwrap();
+        assert_eq!(((last >> SLOT_BITS) as u32 & GEN_MASK, last & SLOT_MASK), (GEN_MASK, first & SLOT_MASK));
+        r.release(last).unwrap();
+        // every handle the slot ever issued stays stale, and the slot is not reused
+        for h in [first, last, encode(HandleKind::Tensor, 12345, slot)] {
+            assert_eq!(r.get(h).err().map(|e| e.code), Some(Code::E_HANDLE_STALE));
+            assert_eq!(r.release(h).err().map(|e| e.code), Some(Code::E_HANDLE_STALE));
+        }
+        let next = r.insert(3).unwrap();
+        assert_ne!(next & SLOT_MASK, first & SLOT_MASK);
+        assert_eq!(r.live(), 1);
+        // a last owner freed while borrowed retires the slot too
+        let r2: Registry<u8> = Registry::new(HandleKind::Tensor);
+        let a = r2.insert(1).unwrap();
+        r2.lock().meta[(a & SLOT_MASK) as usize].generation = GEN_MASK;
+        let a = encode(HandleKind::Tensor, GEN_MASK, (a & SLOT_MASK) as usize);
+        let held = r2.get(a).unwrap();
+        r2.release(a).unwrap();
+        drop(held);
+        assert_ne!(r2.insert(2).unwrap() & SLOT_MASK, a & SLOT_MASK);
     }
 
     #[test]
