@@ -174,8 +174,9 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * A new GradScaler (PyTorch defaults: 65536, 2.0, 0.5, 2000). Returns a
- * handle owned by the caller, or 0 with `E_AMP_INVALID_SCALE`,
+ * A new GradScaler (PyTorch defaults: 65536, 2.0, 0.5, 2000). The scale is
+ * kept in float32 as PyTorch keeps it, so `init_scale` must be a finite,
+ * non-zero float32. Returns a handle owned by the caller, or 0 with `E_AMP_INVALID_SCALE`,
  * `E_AMP_INVALID_GROWTH_FACTOR`, `E_AMP_INVALID_BACKOFF_FACTOR`, `E_AMP_INVALID_GROWTH_INTERVAL`.
  */
 int64_t enkai_amp_scaler_create(double init_scale, double growth, double backoff, int64_t interval);
@@ -1113,7 +1114,9 @@ int64_t enkai_tensor_ones(const char *shape, const char *dtype, int64_t dev);
 
 /**
  * A new tensor filled with `value` (converted to `dtype` as `torch.full` does);
- * ownership and errors as `enkai_tensor_randn`.
+ * ownership and errors as `enkai_tensor_randn`, plus `E_INVALID_ARG` for a
+ * value the dtype cannot hold (PyTorch's overflow rule: 1e308 for fp32, 256
+ * for uint8, NaN for an integer type).
  *
  * # Safety
  * `shape` and `dtype` are NULL or NUL-terminated strings.

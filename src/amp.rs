@@ -27,9 +27,14 @@ pub struct Scaler {
     state: Mutex<ScaleState>,
 }
 
-pub fn scaler_create(init_scale: f64, growth: f64, backoff: f64, interval: i64) -> Result<i64> {
+/// A scaler with checked settings (`torch.amp.GradScaler.__init__`'s checks,
+/// plus a scale that float32, where PyTorch keeps it, can hold).
+fn validated(init_scale: f64, growth: f64, backoff: f64, interval: i64) -> Result<Scaler> {
     if !(init_scale.is_finite() && init_scale > 0.0) {
         crate::bail!(E_AMP_INVALID_SCALE, "init_scale must be finite and > 0, got {init_scale}");
+    }
+    if !(init_scale as f32).is_finite() || init_scale as f32 == 0.0 {
+        crate::bail!(E_AMP_INVALID_SCALE, "init_scale {init_scale} is not a finite, non-zero float32 (the scale is kept in float32, as PyTorch keeps it)");
     }
     if !(growth.is_finite() && growth > 1.0) {
         crate::bail!(E_AMP_INVALID_GROWTH_FACTOR, "growth_factor must be finite and > 1.0, got {growth}");
@@ -40,13 +45,11 @@ pub fn scaler_create(init_scale: f64, growth: f64, backoff: f64, interval: i64) 
     if interval < 1 {
         crate::bail!(E_AMP_INVALID_GROWTH_INTERVAL, "growth_interval must be >= 1, got {interval}");
     }
-    SCALERS.insert(Scaler {
-        init_scale,
-        growth,
-        backoff,
-        interval,
-        state: Mutex::new(ScaleState { tensors: None, unscaled: None }),
-    })
+    Ok(Scaler { init_scale, growth, backoff, interval, state: Mutex::new(ScaleState { tensors: None, unscaled: None }) })
+}
+
+pub fn scaler_create(init_scale: f64, growth: f64, backoff: f64, interval: i64) -> Result<i64> {
+    SCALERS.insert(validated(init_scale, growth, backoff, interval)?)
 }
 
 fn with_state<R>(scaler: i64, f: impl FnOnce(&Scaler, &mut ScaleState) -> Result<R>) -> Result<R> {
@@ -194,14 +197,14 @@ pub fn scaler_export(scaler: i64) -> Result<ScalerExport> {
 }
 
 pub fn scaler_import(x: ScalerExport) -> Result<i64> {
-    let h = scaler_create(x.init_scale, x.growth, x.backoff, x.interval)?;
-    let restore = with_state(h, |_, st| {
-        st.tensors = Some(imp::scaler_state_with(x.scale, x.growth_tracker, Device::Cpu)?);
-        Ok(())
-    });
-    if let Err(e) = restore {
-        let _ = SCALERS.release(h);
-        return Err(e);
+    let mut s = validated(x.init_scale, x.growth, x.backoff, x.interval)?;
+    if !(x.scale > 0.0 && (x.scale as f32).is_finite() && x.scale as f32 > 0.0) {
+        crate::bail!(E_CKPT_FORMAT, "scaler.json: scale {} is not a finite, positive float32", x.scale);
     }
-    Ok(h)
+    if i32::try_from(x.growth_tracker).map_or(true, |t| t < 0) {
+        crate::bail!(E_CKPT_FORMAT, "scaler.json: growth_tracker {} is not a non-negative int32", x.growth_tracker);
+    }
+    // The state is built before the handle exists: a failing import creates nothing.
+    s.state.get_mut().unwrap_or_else(|p| p.into_inner()).tensors = Some(imp::scaler_state_with(x.scale, x.growth_tracker, Device::Cpu)?);
+    SCALERS.insert(s)
 }

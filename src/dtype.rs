@@ -36,6 +36,24 @@ impl DType {
         })
     }
 
+    /// Whether `v` converts to this dtype without overflow, by c10's rule
+    /// (`c10::overflows`): floating types take NaN and ±inf and any finite
+    /// value up to their largest; integers take neither NaN nor inf nor
+    /// anything outside their range; bool takes everything.
+    pub fn holds(self, v: f64) -> bool {
+        let within = |lo: f64, hi: f64| v >= lo && v <= hi;
+        match self {
+            DType::F64 | DType::Bool => true,
+            DType::F32 => !v.is_finite() || within(-(f32::MAX as f64), f32::MAX as f64),
+            DType::F16 => !v.is_finite() || within(-65504.0, 65504.0),
+            DType::BF16 => !v.is_finite() || within(-3.3895313892515355e38, 3.3895313892515355e38),
+            // i64::MAX as a double is 2^63, and c10 compares against that.
+            DType::I64 => within(i64::MIN as f64, i64::MAX as f64),
+            DType::I32 => within(i32::MIN as f64, i32::MAX as f64),
+            DType::U8 => within(0.0, 255.0),
+        }
+    }
+
     /// The canonical name, as `enkai_tensor_dtype` reports it.
     pub fn name(self) -> &'static str {
         match self {

@@ -60,6 +60,11 @@ pub fn create(shape: &[i64], dtype: DType, dev: i64, init: Init) -> Result<i64> 
     if init == Init::Randn && !dtype.is_float() {
         crate::bail!(E_DTYPE, "randn needs a floating dtype (fp32, fp16, bf16, fp64), got {}", dtype.name());
     }
+    if let Init::Full(v) = init {
+        if !dtype.holds(v) {
+            crate::bail!(E_INVALID_ARG, "full: value {v} cannot be converted to {} without overflow", dtype.name());
+        }
+    }
     register(b, imp::fill(shape, dtype, d, init)?)
 }
 

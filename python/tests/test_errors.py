@@ -135,3 +135,46 @@ def test_masked_softmax_of_an_empty_dimension_is_an_empty_result_not_a_kill():
     with pytest.raises(et.EnkaiError) as ex:
         et.masked_softmax(x, m, 5, 2)  # the dim is still checked
     assert ex.value.code == "E_SHAPE"
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "fp64", "int64", "int32", "uint8", "bool"])
+def test_full_refuses_exactly_the_values_pytorch_refuses(dtype):
+    from helpers import TORCH, to_torch
+    values = [0.0, -1.0, 255.0, 256.0, 65504.0, 65505.0, 1e5, 3.3e38, 3.4e38, 3.5e38, 1e308, -1e308,
+              float("inf"), float("-inf"), float("nan"), 2.0 ** 31, -(2.0 ** 31) - 1, 2.0 ** 63, 2.5]
+    for v in values:
+        try:
+            want = torch.full([2], v, dtype=TORCH[dtype])
+        except RuntimeError:
+            want = None
+        if want is None:
+            with pytest.raises(et.EnkaiError) as ex:
+                et.full([2], v, dtype)
+            assert ex.value.code == "E_INVALID_ARG" and "overflow" in str(ex.value), (dtype, v)
+        else:
+            got = to_torch(et.full([2], v, dtype))
+            assert torch.equal(got, want) or (v != v and got.isnan().all()), (dtype, v, got, want)
+
+
+def test_a_scale_float32_cannot_hold_is_refused_and_a_bad_saved_scale_creates_nothing(tmp_path):
+    with pytest.raises(et.EnkaiError) as ex:
+        et.GradScaler(init_scale=1e308)
+    assert ex.value.code == "E_AMP_INVALID_SCALE"
+    import json
+    from test_checkpoint import rehash
+    et.checkpoint_save(tmp_path, [et.ones([1])], None, "{}", scaler=et.GradScaler(init_scale=8.0))
+    snap = tmp_path / "latest"
+    for field, bad in [("scale", 1e308), ("scale", -1.0), ("growth_tracker", 1 << 40)]:
+        v = json.loads((snap / "scaler.json").read_text())
+        v[field] = bad
+        (snap / "scaler.json").write_text(json.dumps(v))
+        rehash(snap.resolve())
+        before = et.live()["scalers"]
+        with pytest.raises(et.EnkaiError) as ex:
+            et.checkpoint_load_scaler(tmp_path)
+        assert ex.value.code == "E_CKPT_FORMAT", (field, bad, ex.value)
+        assert et.live()["scalers"] == before  # a failed load creates nothing
+        v[field] = 8.0 if field == "scale" else 0
+        (snap / "scaler.json").write_text(json.dumps(v))
+    rehash(snap.resolve())
+    assert et.checkpoint_load_scaler(tmp_path).get_scale() == 8.0

@@ -7,8 +7,9 @@ use super::{guard, out_arg, status, str_arg};
 use crate::amp;
 use crate::registry::SCALERS;
 
-/// A new GradScaler (PyTorch defaults: 65536, 2.0, 0.5, 2000). Returns a
-/// handle owned by the caller, or 0 with `E_AMP_INVALID_SCALE`,
+/// A new GradScaler (PyTorch defaults: 65536, 2.0, 0.5, 2000). The scale is
+/// kept in float32 as PyTorch keeps it, so `init_scale` must be a finite,
+/// non-zero float32. Returns a handle owned by the caller, or 0 with `E_AMP_INVALID_SCALE`,
 /// `E_AMP_INVALID_GROWTH_FACTOR`, `E_AMP_INVALID_BACKOFF_FACTOR`, `E_AMP_INVALID_GROWTH_INTERVAL`.
 #[no_mangle]
 pub extern "C" fn enkai_amp_scaler_create(init_scale: f64, growth: f64, backoff: f64, interval: i64) -> i64 {

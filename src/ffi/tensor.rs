@@ -62,7 +62,9 @@ pub unsafe extern "C" fn enkai_tensor_ones(shape: *const c_char, dtype: *const c
 }
 
 /// A new tensor filled with `value` (converted to `dtype` as `torch.full` does);
-/// ownership and errors as `enkai_tensor_randn`.
+/// ownership and errors as `enkai_tensor_randn`, plus `E_INVALID_ARG` for a
+/// value the dtype cannot hold (PyTorch's overflow rule: 1e308 for fp32, 256
+/// for uint8, NaN for an integer type).
 ///
 /// # Safety
 /// `shape` and `dtype` are NULL or NUL-terminated strings.
