@@ -28,6 +28,10 @@ pub enum Norm {
     RmsNorm,
 }
 
+/// The most layers a spec may ask for (PyTorch itself has no such limit; ours
+/// keeps a spec from one bad integer from exhausting memory before any check).
+pub const MAX_LAYERS: i64 = 4096;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LmSpec {
     pub vocab: i64,
@@ -121,6 +125,20 @@ impl LmSpec {
         }
         if self.n_layers < 0 {
             crate::bail!(E_INVALID_ARG, "lm spec: n_layers must be >= 0, got {}", self.n_layers);
+        }
+        // The layout holds 6 + 12 x n_layers entries: bound it before building it.
+        if self.n_layers > MAX_LAYERS {
+            crate::bail!(E_INVALID_ARG, "lm spec: n_layers {} is larger than the limit of {MAX_LAYERS}", self.n_layers);
+        }
+        let d = self.d_model;
+        let matrices = [
+            ("tok_embed [vocab_size, d_model]", self.vocab.checked_mul(d)),
+            ("pos_embed [seq_len, d_model]", self.seq.checked_mul(d)),
+            ("qkv_w [d_model, 3 d_model]", d.checked_mul(3).and_then(|x| x.checked_mul(d))),
+            ("mlp_w1 [d_model, ff_mult d_model]", d.checked_mul(self.ff_mult).and_then(|x| x.checked_mul(d))),
+        ];
+        if let Some((what, _)) = matrices.iter().find(|(_, n)| n.is_none()) {
+            crate::bail!(E_INVALID_ARG, "lm spec: {what} has more elements than an int64 counts");
         }
         if self.d_model % self.n_heads != 0 {
             crate::bail!(E_INVALID_ARG, "lm spec: d_model {} is not a multiple of n_heads {}", self.d_model, self.n_heads);

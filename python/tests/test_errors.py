@@ -178,3 +178,18 @@ def test_a_scale_float32_cannot_hold_is_refused_and_a_bad_saved_scale_creates_no
         (snap / "scaler.json").write_text(json.dumps(v))
     rehash(snap.resolve())
     assert et.checkpoint_load_scaler(tmp_path).get_scale() == 8.0
+
+
+def test_an_lm_spec_from_one_bad_integer_is_refused_before_anything_is_built():
+    huge = {"vocab_size": 8, "seq_len": 4, "d_model": 4, "n_layers": 1 << 40, "n_heads": 2}
+    wide = dict(huge, n_layers=1, d_model=1 << 31, n_heads=1)
+    before = et.live()["tensors"]
+    for call, spec in [(lambda s: et.lm_init(s), huge), (lambda s: et.forward_lm([], s, [0], [0], 1, 1), huge),
+                       (lambda s: et.lm_logits([], s, [0], 1, 1), huge), (lambda s: et.lm_init(s), wide)]:
+        with pytest.raises(et.EnkaiError) as ex:
+            call(spec)
+        assert ex.value.code == "E_INVALID_ARG" and ("limit" in str(ex.value) or "int64" in str(ex.value)), ex.value
+    with pytest.raises(et.EnkaiError) as ex:
+        et.tinylm_init(8, 4, 4, 1 << 40, 2)
+    assert ex.value.code == "E_INVALID_ARG" and "4096" in str(ex.value)
+    assert et.live()["tensors"] == before
