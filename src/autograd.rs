@@ -98,8 +98,23 @@ pub fn check_finite_multi(handles: &str) -> Result<()> {
     Ok(())
 }
 
+/// Fails with `E_DTYPE` naming the first non-floating entry, before anything
+/// changes (PyTorch refuses these: `mul_` by a float into an integer tensor,
+/// `linalg.vector_norm` of one).
+fn all_floating(op: &str, entries: &[(i64, Ref<'static, crate::backend::Tensor>)]) -> Result<()> {
+    for (i, (h, t)) in entries.iter().enumerate() {
+        let dt = imp::dtype(&t.raw)?;
+        if !dt.is_float() {
+            crate::bail!(E_DTYPE, "{op}: tensor {h} (entry {i}) is {}, not a floating dtype", dt.name());
+        }
+    }
+    Ok(())
+}
+
 pub fn scale_grads_multi(grads: &str, scale: f64) -> Result<()> {
-    live_list(grads)?.iter().try_for_each(|(_, t)| imp::scale_(&t.raw, scale))
+    let entries = live_list(grads)?;
+    all_floating("scale_grads", &entries)?;
+    entries.iter().try_for_each(|(_, t)| imp::scale_(&t.raw, scale))
 }
 
 /// `torch.nn.utils.clip_grad_norm_` over the listed grads; returns the pre-clip total norm.
@@ -111,6 +126,7 @@ pub fn clip_grad_norm_multi(grads: &str, max_norm: f64, norm_type: f64) -> Resul
         crate::bail!(E_INVALID_ARG, "clip_grad_norm: max_norm is NaN");
     }
     let entries = live_list(grads)?;
+    all_floating("clip_grad_norm", &entries)?;
     let raws: Vec<&imp::Raw> = entries.iter().map(|(_, t)| &t.raw).collect();
     imp::clip_grad_norm(&raws, max_norm, norm_type)
 }

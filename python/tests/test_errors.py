@@ -82,9 +82,9 @@ def test_backend_mismatch():
 # --- hostile-call defects, each with its regression test ---------------------------------------
 
 def test_a_failing_call_does_not_leave_autograd_off_on_its_thread():
-    i = et.ones([3], "int64")
+    x = et.ones([3])
     with pytest.raises(et.EnkaiError):
-        et.clip_grad_norm_multi([i], 1.0, 2.0)  # fails inside a no-grad scope
+        et.clip_grad_norm_multi([x], float("nan"), 2.0)  # refused; grad mode untouched either way
     x = et.ones([2]).require_grad()
     (x * x).sum().backward()  # grad mode was restored on the way out
     assert x.grad.tolist() == [2.0, 2.0]
@@ -193,3 +193,12 @@ def test_an_lm_spec_from_one_bad_integer_is_refused_before_anything_is_built():
         et.tinylm_init(8, 4, 4, 1 << 40, 2)
     assert ex.value.code == "E_INVALID_ARG" and "4096" in str(ex.value)
     assert et.live()["tensors"] == before
+
+
+def test_gradient_utilities_refuse_integer_tensors_with_a_dtype_error_and_change_nothing():
+    f, i = et.full([2], 3.0), et.ones([3], "int64")
+    for call in [lambda: et.scale_grads_multi([f, i], 0.5), lambda: et.clip_grad_norm_multi([f, i], 1.0, 2.0)]:
+        with pytest.raises(et.EnkaiError) as ex:
+            call()
+        assert ex.value.code == "E_DTYPE" and "int64" in str(ex.value)
+        assert f.tolist() == [3.0, 3.0]  # the floating entry before it was not touched
