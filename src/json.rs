@@ -109,8 +109,21 @@ fn element(tok: &str) -> std::result::Result<i64, String> {
 }
 
 /// A shape for creating a tensor: every dimension `>= 0`.
+/// The most dimensions a tensor may have. No model comes near it, and a rank
+/// from one hostile string would otherwise be copied into every derived
+/// tensor's metadata and every checkpoint header.
+pub const MAX_DIMS: usize = 64;
+
+fn dims_within(text: &str, dims: Vec<i64>) -> Result<Vec<i64>> {
+    if dims.len() > MAX_DIMS {
+        let head: String = text.chars().take(40).collect();
+        crate::bail!(E_INVALID_ARG, "shape {head:?}...: {} dimensions, more than the limit of {MAX_DIMS}", dims.len());
+    }
+    Ok(dims)
+}
+
 pub fn shape(text: &str) -> Result<Vec<i64>> {
-    let dims = int_list(text, "shape")?;
+    let dims = dims_within(text, int_list(text, "shape")?)?;
     if let Some((i, d)) = dims.iter().enumerate().find(|(_, d)| **d < 0) {
         crate::bail!(E_INVALID_ARG, "shape {text:?}: dimension {i} is negative ({d})");
     }
@@ -119,7 +132,7 @@ pub fn shape(text: &str) -> Result<Vec<i64>> {
 
 /// A target shape for reshape/view: at most one `-1`, other dimensions `>= 0`.
 pub fn target_shape(text: &str) -> Result<Vec<i64>> {
-    let dims = int_list(text, "shape")?;
+    let dims = dims_within(text, int_list(text, "shape")?)?;
     if let Some((i, d)) = dims.iter().enumerate().find(|(_, d)| **d < -1) {
         crate::bail!(E_INVALID_ARG, "shape {text:?}: dimension {i} is negative ({d}); only -1 may be inferred");
     }

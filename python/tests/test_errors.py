@@ -202,3 +202,30 @@ def test_gradient_utilities_refuse_integer_tensors_with_a_dtype_error_and_change
             call()
         assert ex.value.code == "E_DTYPE" and "int64" in str(ex.value)
         assert f.tolist() == [3.0, 3.0]  # the floating entry before it was not touched
+
+
+def test_tensor_rank_and_checkpoint_headers_are_bounded(tmp_path):
+    import gc
+    gc.collect()
+    before = et.live()["tensors"]
+    for text in [json_dims(65), json_dims(100000)]:
+        with pytest.raises(et.EnkaiError) as ex:
+            et.Tensor(lib.enkai_tensor_zeros(text.encode(), b"fp32", et.device().handle))
+        assert ex.value.code == "E_INVALID_ARG" and "limit of 64" in str(ex.value) and len(str(ex.value)) < 200
+    x = et.zeros([1] * 64)  # the limit itself is fine
+    with pytest.raises(et.EnkaiError) as ex:
+        x.reshape([1] * 65)
+    assert ex.value.code == "E_INVALID_ARG"
+    # 20,000 references to one rank-64 tensor: a header far over the loader's limit, refused before it is built
+    empty = et.zeros([0] * 64)
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_save(tmp_path, [empty] * 60000)
+    assert ex.value.code == "E_INVALID_ARG" and "header" in str(ex.value)
+    assert not list(tmp_path.glob("snap-*"))
+    del x, empty, ex  # the exception info holds the call's arguments
+    gc.collect()
+    assert et.live()["tensors"] == before
+
+
+def json_dims(n):
+    return "[" + ",".join(["1"] * n) + "]"

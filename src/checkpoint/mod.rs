@@ -79,6 +79,20 @@ enum Content {
 type Plan = BTreeMap<String, Content>;
 
 fn tensors_file(named: Vec<(String, imp::Raw)>, metadata: &BTreeMap<String, String>) -> Result<Content> {
+    // An upper bound of the header's JSON, before any of it is built: a loader
+    // refuses headers over MAX_HEADER, so a save must not write one.
+    let mut estimate = metadata.iter().map(|(k, v)| k.len() + 2 * v.len() + 8).sum::<usize>();
+    for (name, t) in &named {
+        estimate += 2 * name.len() + 21 * imp::shape(t).len() + 96;
+        if estimate as u64 > safetensors::MAX_HEADER {
+            crate::bail!(
+                E_INVALID_ARG,
+                "the {} tensors to save need a safetensors header over the {}-byte limit a load accepts",
+                named.len(),
+                safetensors::MAX_HEADER
+            );
+        }
+    }
     let mut specs = Vec::with_capacity(named.len());
     for (name, t) in &named {
         let (dtype, shape) = (imp::dtype(t)?, imp::shape(t));

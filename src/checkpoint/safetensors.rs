@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 
 /// Headers larger than this are refused before anything is allocated for them.
-const MAX_HEADER: u64 = 64 << 20;
+pub const MAX_HEADER: u64 = 64 << 20;
 
 /// Where a tensor lies in the data section, as the header says.
 pub struct Layout {
@@ -119,6 +119,9 @@ pub fn parse_header(header: &[u8], data_len: u64, what: &str) -> Result<(Vec<Lay
             .and_then(|s| s.as_array())
             .and_then(|a| a.iter().map(|d| d.as_u64().and_then(|d| i64::try_from(d).ok())).collect())
             .ok_or_else(|| bad(format!("tensor {name:?} has an invalid shape")))?;
+        if shape.len() > crate::json::MAX_DIMS {
+            return Err(bad(format!("tensor {name:?} has {} dimensions, more than the limit of {}", shape.len(), crate::json::MAX_DIMS)));
+        }
         let offs: Vec<u64> = obj
             .get("data_offsets")
             .and_then(|s| s.as_array())
