@@ -76,7 +76,8 @@ fn live_entries(hs: &[i64]) -> Result<Vec<(i64, Ref<'static, crate::backend::Ten
     Ok(hs.iter().copied().zip(TENSORS.get_many(&hs)?).collect())
 }
 
-fn live_list(list: &str) -> Result<Vec<(i64, Ref<'static, crate::backend::Tensor>)>> {
+/// The tensors of a JSON handle list with their handles, 0 entries skipped; every handle checked first.
+pub(crate) fn live_list(list: &str) -> Result<Vec<(i64, Ref<'static, crate::backend::Tensor>)>> {
     live_entries(&json::handle_list(list)?)
 }
 

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::amp::{self, ScalerExport};
 use crate::backend::{self, imp};
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::optim::{self, Hyper};
 use crate::registry::TENSORS;
 use crate::{json as ijson, tensor};
@@ -226,17 +226,17 @@ fn read_verified(dir: &Path, expected: Option<&BTreeMap<String, String>>, only: 
             crate::bail!(E_CKPT_HASH_MISMATCH, "{} does not match the manifest", ipath.display());
         }
     }
-    let required: &[&str] = match only {
-        Some(name) => &[name][..],
-        None => &[PARAMS, META],
-    };
-    for required in required {
-        if !hashes.contains_key(*required) {
-            return Err(format_err(INTEGRITY, format!("does not list {required}")));
+    match only {
+        // An optional file (scaler.json, another rank's moments) that was not saved.
+        Some(name) if !hashes.contains_key(name) => crate::bail!(E_CKPT_MISSING, "{} has no {name}", dir.display()),
+        Some(name) => hashes.retain(|n, _| n == name),
+        None => {
+            for required in [PARAMS, META] {
+                if !hashes.contains_key(required) {
+                    return Err(format_err(INTEGRITY, format!("does not list {required}")));
+                }
+            }
         }
-    }
-    if let Some(name) = only {
-        hashes.retain(|n, _| n == name);
     }
     // A damaged file reports its hash mismatch ahead of any format error: the
     // format is only worth judging in bytes known to be the ones saved.
@@ -436,8 +436,7 @@ pub fn load_scaler(dir: &str) -> Result<i64> {
 
 /// A new scaler from the verified `scaler.json` of the snapshot (or shard) `dir`.
 fn scaler_in(dir: &Path, expected: Option<&BTreeMap<String, String>>) -> Result<i64> {
-    let listed = |e: Error| if e.code == crate::Code::E_CKPT_FORMAT && e.detail.contains("does not list") { crate::err!(E_CKPT_MISSING, "{} has no {SCALER}", dir.display()) } else { e };
-    let files = read_verified(dir, expected, Some(SCALER)).map_err(listed)?;
+    let files = read_verified(dir, expected, Some(SCALER))?;
     let bytes = bytes_of(&files, SCALER).ok_or_else(|| crate::err!(E_CKPT_MISSING, "{} has no {SCALER}", dir.display()))?;
     let v: Value = serde_json::from_slice(bytes).map_err(|e| format_err(SCALER, e))?;
     let f = |k: &str| v.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(SCALER, format!("no number {k:?}")));

@@ -25,7 +25,6 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Code, Error, Result};
 use crate::handles::Ref;
-use crate::json;
 use crate::registry::{DEVICES, TENSORS};
 use plan::Entry;
 use rendezvous::ProcessEnv;
@@ -223,8 +222,7 @@ fn agree(up: &Up, call: &str, sig: Result<i64>) -> Result<()> {
 
 /// The tensors of a handle list (0 entries skipped), every handle checked.
 fn tensors(handles: &str) -> Result<Vec<Ref<'static, Tensor>>> {
-    let hs: Vec<i64> = json::handle_list(handles)?.into_iter().filter(|h| *h != 0).collect();
-    TENSORS.get_many(&hs)
+    Ok(crate::autograd::live_list(handles)?.into_iter().map(|(_, t)| t).collect())
 }
 
 fn entry(call: &str, t: &imp::Raw, op: Option<ReduceOp>) -> Result<Entry> {
