@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "enkai_tensor.h"
 
@@ -22,6 +23,8 @@ static int64_t must(int64_t h) {
 }
 
 typedef int64_t (*op_fn)(const int64_t *in);
+
+static int64_t op_zeros(const int64_t *in) { return enkai_tensor_zeros("[4]", "fp32", in[0]); }
 
 static int64_t op_add(const int64_t *in) { return enkai_tensor_add(in[0], in[1]); }
 static int64_t op_matmul(const int64_t *in) { return enkai_tensor_matmul(in[0], in[1]); }
@@ -44,12 +47,28 @@ static void bench(const char *name, op_fn f, const int64_t *in, int iters) {
     printf("%s %.1f\n", name, best);
 }
 
-int main(void) {
+/* `ops_c count <n>` runs each count_* loop n times untimed, for
+ * callgrind's instruction counts (the noise-free column of `make bench`). */
+__attribute__((noinline)) static void count_zeros_4(int64_t dev, int n) {
+    for (int i = 0; i < n; i++) enkai_tensor_free(must(enkai_tensor_zeros("[4]", "fp32", dev)));
+}
+
+__attribute__((noinline)) static void count_add_4(const int64_t *in, int n) {
+    for (int i = 0; i < n; i++) enkai_tensor_free(must(enkai_tensor_add(in[0], in[1])));
+}
+
+int main(int argc, char **argv) {
     int64_t dev = must(enkai_tensor_device("cpu"));
     int64_t a4[2] = {must(enkai_tensor_randn("[4]", "fp32", dev)), must(enkai_tensor_randn("[4]", "fp32", dev))};
     int64_t m64[2] = {must(enkai_tensor_randn("[64,64]", "fp32", dev)), must(enkai_tensor_randn("[64,64]", "fp32", dev))};
     int64_t ln[3] = {must(enkai_tensor_randn("[32,256]", "fp32", dev)), must(enkai_tensor_ones("[256]", "fp32", dev)),
                      must(enkai_tensor_zeros("[256]", "fp32", dev))};
+    if (argc == 3 && strcmp(argv[1], "count") == 0) {
+        count_zeros_4(dev, atoi(argv[2]));
+        count_add_4(a4, atoi(argv[2]));
+        return 0;
+    }
+    bench("zeros_4", op_zeros, &dev, 200000);
     bench("add_4", op_add, a4, 200000);
     bench("matmul_64", op_matmul, m64, 20000);
     bench("layernorm_gelu_32x256", op_ln_gelu, ln, 5000);

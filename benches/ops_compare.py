@@ -3,8 +3,11 @@ subprocesses, times PyTorch eager (c) here, all with the same thread count,
 and prints one table with the ratios."""
 
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -42,10 +45,29 @@ def pytorch():
     x, w, bias = torch.randn(32, 256), torch.ones(256), torch.zeros(256)
     with torch.no_grad():
         return {
+            "zeros_4": bench(lambda: torch.zeros(4), 200_000),
             "add_4": bench(lambda: a + b, 200_000),
             "matmul_64": bench(lambda: m @ n, 20_000),
             "layernorm_gelu_32x256": bench(lambda: F.gelu(F.layer_norm(x, (256,), w, bias, 1e-5)), 5_000),
         }
+
+
+COUNT_OPS = ("zeros_4", "add_4")
+
+
+def instructions(cmd, n=2000):
+    """Instructions per call (op + free) under callgrind, read from the
+    inclusive cost of each `count_<op>` loop, so start-up is not counted."""
+    with tempfile.NamedTemporaryFile(suffix=".cg") as f:
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={f.name}", *cmd, "count", str(n)],
+                       check=True, capture_output=True)
+        out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", f.name],
+                             check=True, capture_output=True, text=True).stdout
+    per = {}
+    for op in COUNT_OPS:
+        m = re.search(rf"^\s*([\d,]+) .*count_{op}\b", out, re.M)
+        per[op] = int(m.group(1).replace(",", "")) / n
+    return per
 
 
 def main():
@@ -62,6 +84,12 @@ def main():
     for op in ours:
         print(f"{op:<24}{ours[op]:>12.1f}{raw[op]:>13.1f}{eager[op]:>13.1f}"
               f"{ours[op] / raw[op]:>7.2f}{ours[op] / eager[op]:>7.2f}")
+    if shutil.which("valgrind"):
+        print("instructions per call (callgrind; op + free), the noise-free check")
+        print(f"{'op':<24}{'(a) C ABI':>12}{'(b) raw tch':>13}{'a/b':>7}")
+        a, b = instructions([c_bin]), instructions([tch_bin])
+        for op in COUNT_OPS:
+            print(f"{op:<24}{a[op]:>12.0f}{b[op]:>13.0f}{a[op] / b[op]:>7.2f}")
 
 
 if __name__ == "__main__":
