@@ -20,21 +20,32 @@ impl DType {
 
     /// Parses a dtype name; both the canonical and the short alias are accepted, case-sensitively.
     pub fn parse(name: &str) -> Result<DType> {
-        Ok(match name {
-            "fp32" | "f32" => DType::F32,
-            "fp16" | "f16" => DType::F16,
-            "bf16" => DType::BF16,
-            "fp64" | "f64" => DType::F64,
-            "int64" | "i64" => DType::I64,
-            "int32" | "i32" => DType::I32,
-            "bool" => DType::Bool,
-            "uint8" | "u8" => DType::U8,
-            _ => crate::bail!(
+        match Self::from_name(name.as_bytes()) {
+            Some(d) => Ok(d),
+            None => crate::bail!(
                 E_INVALID_ARG,
                 "unknown dtype {name:?} (expected fp32, fp16, bf16, fp64, int64, int32, bool or uint8)"
             ),
+        }
+    }
+
+    /// The dtype a name (without its NUL) denotes, if any.
+    pub fn from_name(name: &[u8]) -> Option<DType> {
+        Some(match name {
+            b"fp32" | b"f32" => DType::F32,
+            b"fp16" | b"f16" => DType::F16,
+            b"bf16" => DType::BF16,
+            b"fp64" | b"f64" => DType::F64,
+            b"int64" | b"i64" => DType::I64,
+            b"int32" | b"i32" => DType::I32,
+            b"bool" => DType::Bool,
+            b"uint8" | b"u8" => DType::U8,
+            _ => return None,
         })
     }
+
+    /// Longest name `from_name` knows.
+    pub const MAX_NAME: usize = 5;
 
     /// Whether `v` converts to this dtype without overflow, by c10's rule
     /// (`c10::overflows`): floating types take NaN and ±inf and any finite

@@ -4,6 +4,7 @@
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, CString};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Stable error codes returned by `enkai_tensor_last_error_code()`.
 ///
@@ -195,17 +196,39 @@ struct LastError {
     text: RefCell<Option<CString>>,
 }
 
+impl Drop for LastError {
+    fn drop(&mut self) {
+        // A thread that exits with an error set no longer keeps others on the slow path.
+        if self.code.get() != Code::E_OK {
+            PENDING.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 thread_local! {
     static LAST: LastError = const { LastError { code: Cell::new(Code::E_OK), text: RefCell::new(None) } };
 }
 
+/// Threads whose last error is set. Every entry point clears the caller's
+/// error; while no thread has one, that is this one relaxed load instead of a
+/// thread-local access (a `__tls_get_addr` call in a shared library).
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
 /// Clears this thread's last error (done at every entry point).
 #[inline]
 pub fn clear() {
+    if PENDING.load(Ordering::Relaxed) != 0 {
+        clear_slow();
+    }
+}
+
+#[inline(never)]
+fn clear_slow() {
     LAST.with(|l| {
         if l.code.get() != Code::E_OK {
             l.code.set(Code::E_OK);
             l.text.replace(None);
+            PENDING.fetch_sub(1, Ordering::Relaxed);
         }
     });
 }
@@ -214,6 +237,11 @@ pub fn set(e: &Error) {
     let text = e.to_string().replace('\0', "\\0");
     let text = CString::new(text).unwrap_or_default();
     LAST.with(|l| {
+        if l.code.get() == Code::E_OK {
+            // Counted before the code is set, so a thread that sees its own
+            // error also sees PENDING > 0 (program order on this thread).
+            PENDING.fetch_add(1, Ordering::Relaxed);
+        }
         l.code.set(e.code);
         l.text.replace(Some(text));
     });
@@ -240,5 +268,28 @@ mod tests {
         let e = Error::parse("E_CKPT_INCOMPLETE: rank 1: x: y").unwrap();
         assert_eq!((e.code, e.detail.as_str()), (Code::E_CKPT_INCOMPLETE, "rank 1: x: y"));
         assert!(Error::parse("E_NOPE: x").is_none() && Error::parse("E_OK: x").is_none() && Error::parse("plain").is_none());
+    }
+
+    /// `clear` skips the thread-local while no thread has an error: errors
+    /// set, cleared, and left behind by exiting threads must all keep it exact.
+    #[test]
+    fn clear_is_exact_whatever_other_threads_left_behind() {
+        let e = Error::new(Code::E_SHAPE, "x");
+        std::thread::spawn(move || set(&Error::new(Code::E_DTYPE, "left behind"))).join().unwrap();
+        assert_eq!(last_code(), Code::E_OK);
+        set(&e);
+        set(&e);
+        assert_eq!(last_code(), Code::E_SHAPE);
+        clear();
+        assert_eq!((last_code(), last_ptr().is_null()), (Code::E_OK, true));
+        let other = std::thread::spawn(move || {
+            set(&Error::new(Code::E_DTYPE, "held"));
+            clear();
+            last_code()
+        });
+        assert_eq!(other.join().unwrap(), Code::E_OK);
+        set(&e);
+        clear();
+        assert_eq!(last_code(), Code::E_OK);
     }
 }

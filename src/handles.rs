@@ -73,9 +73,9 @@ fn encode(kind: HandleKind, generation: u32, slot: usize) -> i64 {
     ((kind as i64) << KIND_SHIFT) | ((generation as i64) << SLOT_BITS) | slot as i64
 }
 
-/// Slot bookkeeping, only touched under the registry lock.
-#[derive(Clone, Copy)]
-struct Meta {
+/// One slot: its bookkeeping (only touched under the registry lock) next to
+/// its value, so a lookup touches one place.
+struct Slot<T> {
     /// Generation of the current occupant, or of the next one while free.
     generation: u32,
     /// Handle references (retain/free); the handle is live while > 0.
@@ -84,39 +84,59 @@ struct Meta {
     borrows: u32,
     /// Every generation has been handed out: the slot is never reused.
     retired: bool,
+    value: UnsafeCell<Option<T>>,
 }
 
-const CHUNK: usize = 1024;
-
-type Cell<T> = UnsafeCell<Option<T>>;
+const CHUNK_BITS: u32 = 10;
+const CHUNK: usize = 1 << CHUNK_BITS;
 
 struct Inner<T> {
-    meta: Vec<Meta>,
-    /// Values live in fixed-size chunks that never move, so a borrowed value
+    /// Slots live in fixed-size chunks that never move, so a borrowed value
     /// stays put while other threads grow the registry.
-    values: Vec<Box<[Cell<T>]>>,
+    chunks: Vec<Box<[Slot<T>]>>,
+    /// Slots handed out so far (the rest of the last chunk is unused).
+    len: usize,
     free: Vec<usize>,
     live: usize,
 }
 
 impl<T> Inner<T> {
-    fn cell(&self, slot: usize) -> &Cell<T> {
-        &self.values[slot / CHUNK][slot % CHUNK]
+    #[inline]
+    fn slot(&self, slot: usize) -> &Slot<T> {
+        debug_assert!(slot < self.len);
+        // SAFETY: callers pass a slot below `len`, and every chunk below it exists.
+        unsafe { self.chunks.get_unchecked(slot >> CHUNK_BITS).get_unchecked(slot & (CHUNK - 1)) }
+    }
+
+    #[inline]
+    fn slot_mut(&mut self, slot: usize) -> &mut Slot<T> {
+        debug_assert!(slot < self.len);
+        // SAFETY: as `slot`.
+        unsafe { self.chunks.get_unchecked_mut(slot >> CHUNK_BITS).get_unchecked_mut(slot & (CHUNK - 1)) }
     }
 
     /// Ends one borrow; returns the value to drop (outside the lock) when the
     /// handle was freed while it was borrowed.
+    #[inline]
     fn unborrow(&mut self, slot: usize) -> Option<T> {
-        let m = &mut self.meta[slot];
-        m.borrows -= 1;
-        if m.borrows > 0 || m.refs > 0 {
+        let s = self.slot_mut(slot);
+        s.borrows -= 1;
+        if s.borrows > 0 || s.refs > 0 {
             return None;
         }
-        if !m.retired {
+        self.vacate(slot)
+    }
+
+    /// Takes the value of a slot nobody references or borrows any more and
+    /// makes the slot reusable (unless retired).
+    fn vacate(&mut self, slot: usize) -> Option<T> {
+        let s = self.slot_mut(slot);
+        // SAFETY: no reference or borrow is left and the lock is held: nobody else can see the value.
+        let v = unsafe { (*s.value.get()).take() };
+        if !s.retired {
             self.free.push(slot);
         }
-        // SAFETY: no borrow is left and the lock is held: nobody else can see the value.
-        unsafe { (*self.cell(slot).get()).take() }
+        v
     }
 }
 
@@ -125,7 +145,10 @@ impl<T> Inner<T> {
 /// Lookups return a [`Ref`] that keeps the value in place without copying
 /// it: the slot's borrow count is raised under the lock, and a value whose
 /// handle is freed while borrowed is dropped by the last borrower. Values
-/// are always dropped after the lock is released.
+/// are always dropped after the lock is released. The lock is a spin lock
+/// taken once per lookup, once per registration and once per release: on
+/// this path an uncontended lock costs one atomic, as a lock-free slot word
+/// would, and a lock-free lookup would need a second atomic to end it.
 pub struct Registry<T> {
     kind: HandleKind,
     inner: SpinLock<Inner<T>>,
@@ -156,7 +179,7 @@ impl<T: Send + Sync> Drop for Ref<'_, T> {
 
 impl<T> Registry<T> {
     pub const fn new(kind: HandleKind) -> Self {
-        Registry { kind, inner: SpinLock::new(Inner { meta: Vec::new(), values: Vec::new(), free: Vec::new(), live: 0 }) }
+        Registry { kind, inner: SpinLock::new(Inner { chunks: Vec::new(), len: 0, free: Vec::new(), live: 0 }) }
     }
 
     #[inline]
@@ -172,25 +195,33 @@ impl<T: Send + Sync> Registry<T> {
         self.insert_locked(&mut g, value)
     }
 
+    #[inline]
     fn insert_locked(&self, g: &mut Inner<T>, value: T) -> Result<i64> {
         let slot = match g.free.pop() {
             Some(s) => s,
-            None if g.meta.len() < MAX_SLOTS => {
-                if g.meta.len().is_multiple_of(CHUNK) {
-                    g.values.push((0..CHUNK).map(|_| UnsafeCell::new(None)).collect());
-                }
-                g.meta.push(Meta { generation: 0, refs: 0, borrows: 0, retired: false });
-                g.meta.len() - 1
-            }
-            None => crate::bail!(E_RESOURCE, "too many live {} handles (limit {})", self.kind.name(), MAX_SLOTS),
+            None => self.grow(g)?,
         };
+        let s = g.slot_mut(slot);
         // SAFETY: a free slot has no borrows and the lock is held.
-        unsafe { *g.cell(slot).get() = Some(value) };
-        let m = &mut g.meta[slot];
-        m.refs = 1;
-        let generation = m.generation;
+        unsafe { *s.value.get() = Some(value) };
+        s.refs = 1;
+        let generation = s.generation;
         g.live += 1;
         Ok(encode(self.kind, generation, slot))
+    }
+
+    /// A never-used slot, adding a chunk when the last one is full.
+    #[cold]
+    fn grow(&self, g: &mut Inner<T>) -> Result<usize> {
+        if g.len >= MAX_SLOTS {
+            crate::bail!(E_RESOURCE, "too many live {} handles (limit {})", self.kind.name(), MAX_SLOTS);
+        }
+        if g.len == g.chunks.len() * CHUNK {
+            let fresh = || Slot { generation: 0, refs: 0, borrows: 0, retired: false, value: UnsafeCell::new(None) };
+            g.chunks.push((0..CHUNK).map(|_| fresh()).collect());
+        }
+        g.len += 1;
+        Ok(g.len - 1)
     }
 
     /// Ends the borrows in `done` and registers `value`, under one lock: the
@@ -213,9 +244,16 @@ impl<T: Send + Sync> Registry<T> {
     /// builds no error).
     #[inline]
     fn live_slot(&self, g: &Inner<T>, h: i64) -> Option<usize> {
-        let d = decode(h);
-        let m = g.meta.get(d.slot)?;
-        (d.kind == Some(self.kind) && m.generation == d.generation && m.refs > 0).then_some(d.slot)
+        // A negative `h` shifts to a negative tag, so one compare checks sign and kind.
+        if h >> KIND_SHIFT != self.kind as i64 {
+            return None;
+        }
+        let slot = (h & SLOT_MASK) as usize;
+        if slot >= g.len {
+            return None;
+        }
+        let s = g.slot(slot);
+        (s.generation == ((h >> SLOT_BITS) as u32 & GEN_MASK) && s.refs > 0).then_some(slot)
     }
 
     /// The slot of a live handle `h`, or the precise reason it is not one.
@@ -236,12 +274,13 @@ impl<T: Send + Sync> Registry<T> {
             }
             Some(_) => {}
         }
-        let Some(m) = g.meta.get(d.slot) else {
+        if d.slot >= g.len {
             return crate::err!(E_HANDLE_INVALID, "{h} is not a {kind} handle (never issued)");
-        };
+        }
+        let s = g.slot(d.slot);
         // Generations only move forward and never wrap: an earlier one was
         // issued and freed; a retired slot issued every one.
-        if d.generation < m.generation || m.retired {
+        if d.generation < s.generation || s.retired {
             return crate::err!(E_HANDLE_STALE, "{kind} handle {h} was already freed");
         }
         crate::err!(E_HANDLE_INVALID, "{h} is not a {kind} handle (never issued)")
@@ -250,10 +289,14 @@ impl<T: Send + Sync> Registry<T> {
     /// Raises the borrow count of a live slot and points at its value.
     #[inline]
     fn borrow_slot<'a>(&'a self, g: &mut Inner<T>, slot: usize) -> Ref<'a, T> {
-        g.meta[slot].borrows += 1;
+        let s = g.slot_mut(slot);
+        s.borrows += 1;
         // SAFETY: the slot is live, so its cell holds a value; it cannot be
         // taken while the borrow we just added is outstanding.
-        let value = unsafe { (*g.cell(slot).get()).as_ref().expect("live slot has a value") as *const T };
+        let value = match unsafe { &*s.value.get() } {
+            Some(v) => v as *const T,
+            None => unreachable!("live slot has a value"),
+        };
         Ref { reg: self, slot, value }
     }
 
@@ -269,8 +312,10 @@ impl<T: Send + Sync> Registry<T> {
         let g = self.lock();
         let slot = self.check(&g, h)?;
         // SAFETY: the slot is live and the lock is held, so nobody takes the value.
-        let v = unsafe { (*g.cell(slot).get()).as_ref().expect("live slot has a value") };
-        Ok(f(v))
+        match unsafe { &*g.slot(slot).value.get() } {
+            Some(v) => Ok(f(v)),
+            None => unreachable!("live slot has a value"),
+        }
     }
 
     /// The value behind `h`, borrowed: the lock is released before it is used.
@@ -280,6 +325,7 @@ impl<T: Send + Sync> Registry<T> {
     }
 
     /// Borrows `N` values under one lock; fails on the first bad handle.
+    #[inline]
     pub fn get_n<const N: usize>(&self, hs: [i64; N]) -> Result<[Ref<'_, T>; N]> {
         let mut g = self.lock();
         let mut slots = [0usize; N];
@@ -318,8 +364,8 @@ impl<T: Send + Sync> Registry<T> {
     pub fn retain(&self, h: i64) -> Result<()> {
         let mut g = self.lock();
         let slot = self.check(&g, h)?;
-        let m = &mut g.meta[slot];
-        m.refs = m.refs.checked_add(1).ok_or_else(|| crate::err!(E_RESOURCE, "reference count of handle {h} overflows"))?;
+        let s = g.slot_mut(slot);
+        s.refs = s.refs.checked_add(1).ok_or_else(|| crate::err!(E_RESOURCE, "reference count of handle {h} overflows"))?;
         Ok(())
     }
 
@@ -330,28 +376,24 @@ impl<T: Send + Sync> Registry<T> {
         let dead = {
             let mut g = self.lock();
             let slot = self.check(&g, h)?;
-            let m = &mut g.meta[slot];
-            m.refs -= 1;
-            if m.refs > 0 {
+            let s = g.slot_mut(slot);
+            s.refs -= 1;
+            if s.refs > 0 {
                 return Ok(());
             }
             // The last generation retires the slot instead of wrapping to 0,
             // which would bring every freed handle of the slot back to life.
-            if m.generation == GEN_MASK {
-                m.retired = true;
+            if s.generation == GEN_MASK {
+                s.retired = true;
             } else {
-                m.generation += 1;
+                s.generation += 1;
             }
-            let (borrowed, retired) = (m.borrows > 0, m.retired);
+            let borrowed = s.borrows > 0;
             g.live -= 1;
             if borrowed {
                 None
             } else {
-                if !retired {
-                    g.free.push(slot);
-                }
-                // SAFETY: no borrows, lock held.
-                unsafe { (*g.cell(slot).get()).take() }
+                g.vacate(slot)
             }
         };
         drop(dead);
@@ -394,7 +436,7 @@ mod tests {
         r.release(first).unwrap();
         let slot = (first & SLOT_MASK) as usize;
         // as after 2^26 - 1 owners of this slot: the next owner gets the last generation
-        r.lock().meta[slot].generation = GEN_MASK;
+        r.lock().slot_mut(slot).generation = GEN_MASK;
         let last = r.insert(2).unwrap();
         assert_eq!(((last >> SLOT_BITS) as u32 & GEN_MASK, last & SLOT_MASK), (GEN_MASK, first & SLOT_MASK));
         r.release(last).unwrap();
@@ -409,7 +451,7 @@ mod tests {
         // a last owner freed while borrowed retires the slot too
         let r2: Registry<u8> = Registry::new(HandleKind::Tensor);
         let a = r2.insert(1).unwrap();
-        r2.lock().meta[(a & SLOT_MASK) as usize].generation = GEN_MASK;
+        r2.lock().slot_mut((a & SLOT_MASK) as usize).generation = GEN_MASK;
         let a = encode(HandleKind::Tensor, GEN_MASK, (a & SLOT_MASK) as usize);
         let held = r2.get(a).unwrap();
         r2.release(a).unwrap();

@@ -9,53 +9,86 @@ pub fn int_list(text: &str, what: &str) -> Result<Vec<i64>> {
     // Shapes are parsed on every tensor-creating call: take the common,
     // well-formed case in one pass and leave everything else, errors
     // included, to the precise parser below.
-    match quick_int_list(text.as_bytes()) {
-        Some(v) => Ok(v),
+    match quick_int_list(str_bytes(text)) {
+        Some(v) => Ok(v.to_vec()),
         None => precise_int_list(text, what),
     }
 }
 
-/// One pass over `[d,d,...]` with optional spaces after `[` and around commas.
-/// `None` for anything else (leading zeros, overflow, floats, other
-/// whitespace...), which the precise parser then accepts or names.
-fn quick_int_list(b: &[u8]) -> Option<Vec<i64>> {
-    // Room for any usual rank up front: one allocation, no regrowth.
-    let mut out = Vec::with_capacity(8);
-    let mut i = 1;
-    if b.first() != Some(&b'[') {
+/// Reads a `&str` as the quick parser does a C string: 0 past the end, and
+/// an embedded NUL (never in a C string) as a byte the parser declines.
+fn str_bytes(text: &str) -> impl Fn(usize) -> u8 + '_ {
+    |i| text.as_bytes().get(i).map_or(0, |&c| if c == 0 { 0xff } else { c })
+}
+
+/// Dimensions held inline up to this rank, so that parsing a usual shape allocates nothing.
+pub const INLINE_DIMS: usize = 8;
+
+/// A parsed shape: on the stack up to [`INLINE_DIMS`], on the heap beyond.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dims {
+    Inline(u8, [i64; INLINE_DIMS]),
+    Heap(Vec<i64>),
+}
+
+impl std::ops::Deref for Dims {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        match self {
+            Dims::Inline(n, d) => &d[..*n as usize],
+            Dims::Heap(v) => v,
+        }
+    }
+}
+
+/// One pass over `[d,d,...]` (at most [`INLINE_DIMS`] elements) with
+/// optional spaces after `[` and around commas; `at(i)` is byte `i`, 0 at the
+/// end. Bytes are read in order and never past the first 0, so `at` may read
+/// a C string directly. `None` for anything else (leading zeros, overflow,
+/// floats, other whitespace, more dims...), which the precise parser then
+/// accepts or names.
+pub fn quick_int_list(at: impl Fn(usize) -> u8) -> Option<Dims> {
+    let mut d = [0i64; INLINE_DIMS];
+    let mut n = 0;
+    if at(0) != b'[' {
         return None;
     }
+    let mut i = 1;
     let skip = |i: &mut usize| {
-        while b.get(*i) == Some(&b' ') {
+        while at(*i) == b' ' {
             *i += 1;
         }
     };
     skip(&mut i);
-    if b.get(i) == Some(&b']') {
-        return (i + 1 == b.len()).then_some(out);
+    if at(i) == b']' {
+        return (at(i + 1) == 0).then_some(Dims::Inline(0, d));
     }
     loop {
-        let neg = b.get(i) == Some(&b'-');
+        let neg = at(i) == b'-';
         i += usize::from(neg);
         let start = i;
+        let first = at(i);
         let mut v: i64 = 0;
-        while let Some(d) = b.get(i).filter(|c| c.is_ascii_digit()) {
+        let mut c = first;
+        while c.is_ascii_digit() {
             // Accumulate negatively so i64::MIN parses like str::parse does.
-            v = v.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
+            v = v.checked_mul(10)?.checked_sub(i64::from(c - b'0'))?;
             i += 1;
+            c = at(i);
         }
         let len = i - start;
-        if len == 0 || (len > 1 && b[start] == b'0') {
+        if len == 0 || (len > 1 && first == b'0') || n == INLINE_DIMS {
             return None;
         }
-        out.push(if neg { v } else { v.checked_neg()? });
+        d[n] = if neg { v } else { v.checked_neg()? };
+        n += 1;
         skip(&mut i);
-        match b.get(i) {
-            Some(b',') => {
+        match at(i) {
+            b',' => {
                 i += 1;
                 skip(&mut i);
             }
-            Some(b']') if i + 1 == b.len() => return Some(out),
+            b']' if at(i + 1) == 0 => return Some(Dims::Inline(n as u8, d)),
             _ => return None,
         }
     }
@@ -122,24 +155,40 @@ fn dims_within(text: &str, dims: Vec<i64>) -> Result<Vec<i64>> {
     Ok(dims)
 }
 
-pub fn shape(text: &str) -> Result<Vec<i64>> {
-    let dims = dims_within(text, int_list(text, "shape")?)?;
+/// Whether quick-parsed dims are a valid creation shape (else the precise path names the fault).
+pub fn fits_shape(d: &[i64]) -> bool {
+    d.iter().all(|&x| x >= 0)
+}
+
+/// Whether quick-parsed dims are a valid reshape target.
+pub fn fits_target(d: &[i64]) -> bool {
+    d.iter().all(|&x| x >= -1) && d.iter().filter(|&&x| x == -1).count() <= 1
+}
+
+pub fn shape(text: &str) -> Result<Dims> {
+    if let Some(d) = quick_int_list(str_bytes(text)).filter(|d| fits_shape(d)) {
+        return Ok(d);
+    }
+    let dims = dims_within(text, precise_int_list(text, "shape")?)?;
     if let Some((i, d)) = dims.iter().enumerate().find(|(_, d)| **d < 0) {
         crate::bail!(E_INVALID_ARG, "shape {text:?}: dimension {i} is negative ({d})");
     }
-    Ok(dims)
+    Ok(Dims::Heap(dims))
 }
 
 /// A target shape for reshape/view: at most one `-1`, other dimensions `>= 0`.
-pub fn target_shape(text: &str) -> Result<Vec<i64>> {
-    let dims = dims_within(text, int_list(text, "shape")?)?;
+pub fn target_shape(text: &str) -> Result<Dims> {
+    if let Some(d) = quick_int_list(str_bytes(text)).filter(|d| fits_target(d)) {
+        return Ok(d);
+    }
+    let dims = dims_within(text, precise_int_list(text, "shape")?)?;
     if let Some((i, d)) = dims.iter().enumerate().find(|(_, d)| **d < -1) {
         crate::bail!(E_INVALID_ARG, "shape {text:?}: dimension {i} is negative ({d}); only -1 may be inferred");
     }
     if dims.iter().filter(|d| **d == -1).count() > 1 {
         crate::bail!(E_INVALID_ARG, "shape {text:?}: only one dimension may be -1");
     }
-    Ok(dims)
+    Ok(Dims::Heap(dims))
 }
 
 /// A list of handles: positive integers (validity is checked by the registry).
@@ -183,9 +232,9 @@ mod tests {
         assert!(msg(int_list("[1,]", "shape")).contains("element 1 is missing"));
         assert!(msg(int_list("2,3", "shape")).contains("expected a JSON array"));
         assert!(msg(int_list("[01]", "shape")).contains("is not an integer: 01"));
-        assert!(msg(shape("[2,-1]")).contains("dimension 1 is negative (-1)"));
-        assert_eq!(target_shape("[-1,4]").unwrap(), vec![-1, 4]);
-        assert!(msg(target_shape("[-1,-1]")).contains("only one dimension may be -1"));
+        assert!(shape("[2,-1]").unwrap_err().to_string().contains("dimension 1 is negative (-1)"));
+        assert_eq!(target_shape("[-1,4]").unwrap().to_vec(), vec![-1, 4]);
+        assert!(target_shape("[-1,-1]").unwrap_err().to_string().contains("only one dimension may be -1"));
         assert_eq!(write_int_list(&[2, 3]), "[2,3]");
     }
 
@@ -197,6 +246,7 @@ mod tests {
             "[]", "[ ]", "[4]", "[2,3]", "[ 2 , 3 ]", "[-1,4]", "[0]", "[00]", "[-0]", "[-]", "[1,]", "[,1]",
             "[1 2]", "[1]x", " [1]", "[1] ", "[1", "1]", "[2.5]", "[1e3]", "[+1]", "[[1]]", "[\t1]",
             "[9223372036854775807]", "[9223372036854775808]", "[-9223372036854775808]", "[-9223372036854775809]",
+            "[1,2,3,4,5,6,7,8]", "[1,2,3,4,5,6,7,8,9]", "[1]\0", "[1\0]",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -217,13 +267,18 @@ mod tests {
             }
             texts.push(t);
         }
+        let quick = |t: &str| quick_int_list(str_bytes(t)).map(|d| d.to_vec());
         for t in &texts {
-            if let Some(v) = quick_int_list(t.as_bytes()) {
+            if let Some(v) = quick(t) {
                 assert_eq!(precise_int_list(t, "shape").ok(), Some(v), "{t:?}");
             }
         }
-        assert_eq!(quick_int_list(b"[ 2 , -3,4 ]"), Some(vec![2, -3, 4]));
-        assert_eq!(quick_int_list(b"[-9223372036854775808]"), Some(vec![i64::MIN]));
-        assert_eq!(quick_int_list(b"[9223372036854775808]"), None);
+        assert_eq!(quick("[ 2 , -3,4 ]"), Some(vec![2, -3, 4]));
+        assert_eq!(quick("[-9223372036854775808]"), Some(vec![i64::MIN]));
+        assert_eq!(quick("[9223372036854775808]"), None);
+        // more dims than fit inline, and embedded NULs, are left to the precise parser
+        assert_eq!(quick("[1,2,3,4,5,6,7,8,9]"), None);
+        assert_eq!(shape("[1,2,3,4,5,6,7,8,9]").unwrap().to_vec(), (1..=9).collect::<Vec<_>>());
+        assert_eq!(quick("[1]\0"), None);
     }
 }

@@ -168,14 +168,13 @@ fn numel_error(op: &str, x: &Tensor, target: &[i64]) -> Option<Error> {
     Some(crate::err!(E_SHAPE, "{op}: cannot reshape {} into {}", fmt(&shape(x)), fmt(target)))
 }
 
-pub fn reshape(x: i64, shape: &str) -> Result<i64> {
-    let target = json::target_shape(shape)?;
-    run("reshape", [x], |[x]| imp::reshape(x, &target), |[x]| numel_error("reshape", x, &target))
+/// `x.reshape(target)`; `target` is a checked reshape target (`json::target_shape`).
+pub fn reshape(x: i64, target: &[i64]) -> Result<i64> {
+    run("reshape", [x], |[x]| imp::reshape(x, target), |[x]| numel_error("reshape", x, target))
 }
 
-pub fn view(x: i64, shape: &str) -> Result<i64> {
-    let target = json::target_shape(shape)?;
-    run("view", [x], |[x]| imp::view(x, &target), |[x]| numel_error("view", x, &target))
+pub fn view(x: i64, target: &[i64]) -> Result<i64> {
+    run("view", [x], |[x]| imp::view(x, target), |[x]| numel_error("view", x, target))
 }
 
 pub fn transpose(x: i64, d0: i64, d1: i64) -> Result<i64> {
@@ -350,7 +349,6 @@ pub fn to_device(x: i64, dev: i64) -> Result<i64> {
     run("to_device", [x], |[x]| imp::to_device(x, d), |_| None)
 }
 
-pub fn to_dtype(x: i64, dtype: &str) -> Result<i64> {
-    let dt = DType::parse(dtype)?;
+pub fn to_dtype(x: i64, dt: DType) -> Result<i64> {
     run("to_dtype", [x], |[x]| imp::to_dtype(x, dt), |_| None)
 }

@@ -17,7 +17,9 @@ pub mod tensor;
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use crate::dtype::DType;
 use crate::error::{self, Result};
+use crate::json;
 
 /// The value an entry point returns when it fails.
 pub trait Sentinel {
@@ -93,6 +95,62 @@ pub unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str> {
     std::str::from_utf8(bytes).map_err(|e| {
         crate::err!(E_INVALID_ARG, "{name} is not valid UTF-8 (invalid byte at offset {})", e.valid_up_to())
     })
+}
+
+/// A shape argument (JSON array of dims >= 0). The common short form is
+/// parsed straight from the C string in one pass; anything else goes through
+/// `str_arg` and the precise parser, which names the fault.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string.
+pub unsafe fn shape_arg(p: *const c_char, name: &str) -> Result<json::Dims> {
+    match unsafe { quick_dims(p) } {
+        Some(d) if json::fits_shape(&d) => Ok(d),
+        _ => json::shape(unsafe { str_arg(p, name)? }),
+    }
+}
+
+/// A reshape target (one dim may be -1); as `shape_arg`.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string.
+pub unsafe fn target_shape_arg(p: *const c_char, name: &str) -> Result<json::Dims> {
+    match unsafe { quick_dims(p) } {
+        Some(d) if json::fits_target(&d) => Ok(d),
+        _ => json::target_shape(unsafe { str_arg(p, name)? }),
+    }
+}
+
+unsafe fn quick_dims(p: *const c_char) -> Option<json::Dims> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the quick parser reads bytes in order and stops at the NUL.
+    json::quick_int_list(|i| unsafe { *p.add(i) } as u8)
+}
+
+/// A dtype name argument, matched straight from the C string; unknown or
+/// malformed names go through `str_arg` and `DType::parse` for the message.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string.
+pub unsafe fn dtype_arg(p: *const c_char, name: &str) -> Result<DType> {
+    if !p.is_null() {
+        let mut b = [0u8; DType::MAX_NAME + 1];
+        let mut n = 0;
+        // SAFETY: reads stop at the NUL, and at most MAX_NAME + 1 bytes are read.
+        while n < b.len() {
+            b[n] = unsafe { *p.add(n) } as u8;
+            if b[n] == 0 {
+                break;
+            }
+            n += 1;
+        }
+        if let Some(d) = DType::from_name(&b[..n]) {
+            return Ok(d);
+        }
+    }
+    DType::parse(unsafe { str_arg(p, name)? })
 }
 
 /// A borrowed byte buffer argument; NULL is allowed only when `len` is 0.

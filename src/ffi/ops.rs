@@ -6,7 +6,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use super::{guard, str_arg, EnkaiSlice};
+use super::{dtype_arg, guard, str_arg, target_shape_arg, EnkaiSlice};
 use crate::json;
 use crate::ops::{self, Binary, Reduce, Unary};
 
@@ -48,7 +48,7 @@ pub extern "C" fn enkai_tensor_div(a: i64, b: i64) -> i64 {
 /// `shape` is NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn enkai_tensor_reshape(x: i64, shape: *const c_char) -> i64 {
-    guard(|| ops::reshape(x, unsafe { str_arg(shape, "shape")? }))
+    guard(|| ops::reshape(x, &unsafe { target_shape_arg(shape, "shape")? }))
 }
 
 /// `x.view(shape)`, falling back to a copy when the strides allow no view.
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn enkai_tensor_reshape(x: i64, shape: *const c_char) -> i
 /// `shape` is NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn enkai_tensor_view(x: i64, shape: *const c_char) -> i64 {
-    guard(|| ops::view(x, unsafe { str_arg(shape, "shape")? }))
+    guard(|| ops::view(x, &unsafe { target_shape_arg(shape, "shape")? }))
 }
 
 /// `x.transpose(d0, d1)`; negative dims count from the end. Errors: `E_SHAPE` (dim out of range).
@@ -200,7 +200,7 @@ pub extern "C" fn enkai_tensor_to_device(x: i64, dev: i64) -> i64 {
 /// `dtype` is NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn enkai_tensor_to_dtype(x: i64, dtype: *const c_char) -> i64 {
-    guard(|| ops::to_dtype(x, unsafe { str_arg(dtype, "dtype")? }))
+    guard(|| ops::to_dtype(x, unsafe { dtype_arg(dtype, "dtype")? }))
 }
 
 /// `x.detach()`: shares storage, records no gradient.

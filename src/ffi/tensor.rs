@@ -2,9 +2,8 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::{bytes_arg, bytes_out, guard, guard_or, status, str_arg, EnkaiSlice, OutStr};
+use super::{bytes_arg, bytes_out, dtype_arg, guard, guard_or, shape_arg, status, EnkaiSlice, OutStr};
 use crate::backend::Init;
-use crate::dtype::DType;
 use crate::error::Result;
 use crate::registry::TENSORS;
 use crate::{json, tensor};
@@ -24,8 +23,8 @@ pub extern "C" fn enkai_tensor_free(t: i64) -> c_int {
 
 /// Shared body of the shape/dtype/device constructors.
 unsafe fn create(shape: *const c_char, dtype: *const c_char, dev: i64, init: Init) -> Result<i64> {
-    let shape = json::shape(unsafe { str_arg(shape, "shape")? })?;
-    let dtype = DType::parse(unsafe { str_arg(dtype, "dtype")? })?;
+    let shape = unsafe { shape_arg(shape, "shape")? };
+    let dtype = unsafe { dtype_arg(dtype, "dtype")? };
     tensor::create(&shape, dtype, dev, init)
 }
 
@@ -93,8 +92,8 @@ pub unsafe extern "C" fn enkai_tensor_from_data(
 ) -> i64 {
     guard(|| {
         let bytes = unsafe { bytes_arg(data.cast::<u8>(), nbytes, "data")? };
-        let shape = json::shape(unsafe { str_arg(shape, "shape")? })?;
-        let dtype = DType::parse(unsafe { str_arg(dtype, "dtype")? })?;
+        let shape = unsafe { shape_arg(shape, "shape")? };
+        let dtype = unsafe { dtype_arg(dtype, "dtype")? };
         tensor::from_data(bytes, &shape, dtype, dev)
     })
 }
