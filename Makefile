@@ -19,7 +19,7 @@ VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-k
             --show-leak-kinds=definite --suppressions=capi-tests/valgrind.supp
 CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_*.c))
 
-.PHONY: demo quickstart test build header rust-test nofeature-test python-test capi-test bench clean
+.PHONY: demo quickstart test build header rust-test nofeature-test python-test capi-test fuzz bench clean
 
 demo: build build/examples/train_tinylm
 	build/examples/train_tinylm
@@ -60,8 +60,16 @@ build/examples/%: examples-c/%.c include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
-capi-test: build $(CAPI_TESTS)
+# Then, natively, the hostile-call fuzzer: a bounded, seeded run (`make fuzz`
+# runs a long one with a fresh seed).
+FUZZ_CALLS ?= 200000
+FUZZ_SEED ?= 20261122
+capi-test: build $(CAPI_TESTS) build/capi/fuzz
 	@for t in $(CAPI_TESTS); do echo "== $$t (valgrind)"; $(VALGRIND) $$t $(CURDIR)/$(LIB); done
+	build/capi/fuzz $(FUZZ_CALLS) $(FUZZ_SEED)
+
+fuzz: build build/capi/fuzz
+	build/capi/fuzz 1000000
 
 # Benchmarks print ratios taken in one run; they are not tests.
 bench: build build/bench/ops_c build/bench/tinylm_c

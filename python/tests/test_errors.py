@@ -204,6 +204,25 @@ def test_gradient_utilities_refuse_integer_tensors_with_a_dtype_error_and_change
         assert f.tolist() == [3.0, 3.0]  # the floating entry before it was not touched
 
 
+def test_a_failing_scalar_taking_libtorch_op_is_an_error_not_a_printed_panic(capfd):
+    """Found by the fuzzer: these were E_INTERNAL "panic caught", printed on stderr."""
+    capfd.readouterr()
+    with pytest.raises(et.EnkaiError) as ex:
+        et.full([1 << 58], 1.0)  # 2^60 bytes: a valid size that cannot be allocated
+    assert ex.value.code == "E_TORCH" and "allocate" in str(ex.value) and "frame #" not in str(ex.value)
+    # a grad that itself requires grad is scaled in place under no_grad, as torch's grad utilities do
+    x = et.randn([3]).require_grad()
+    (x * x).sum().backward()
+    g = x.grad
+    g.require_grad()
+    before = g.tolist()
+    et.scale_grads_multi([g], 0.5)
+    assert g.tolist() == pytest.approx([v * 0.5 for v in before])
+    norm = torch.tensor(g.tolist()).norm().item()
+    assert et.clip_grad_norm_multi([g], 1.0, 2.0) == pytest.approx(norm, rel=1e-6)
+    assert "panic" not in capfd.readouterr().err
+
+
 def test_tensor_rank_and_checkpoint_headers_are_bounded(tmp_path):
     import gc
     gc.collect()

@@ -25,3 +25,11 @@ def test_every_header_function_is_declared():
         if ret in C_TYPES and C_TYPES[ret]:
             assert restype.__name__ == C_TYPES[ret], (name, ret, restype)
     assert decls
+
+
+def test_the_fuzzer_calls_every_header_function():
+    """capi-tests/fuzz.c must drive every exported function (issue 12)."""
+    protos = set(re.findall(r"^[\w ]+?\**\s*\**(enkai_\w+)\(", HEADER.read_text(), re.M))
+    fuzz = (HEADER.parents[1] / "capi-tests" / "fuzz.c").read_text()
+    called = set(re.findall(r"\b(enkai_\w+)\(", fuzz)) | set(re.findall(r"\b(enkai_\w+)\b(?=[,}])", fuzz))
+    assert protos <= called, sorted(protos - called)

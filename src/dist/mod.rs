@@ -123,6 +123,7 @@ pub fn init(init_method: &str, world: i64, rank: i64, timeout_s: f64) -> Result<
     } else {
         let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
         let plan = rendezvous::plan(&ProcessEnv, init_method, world, rank, timeout, generation)?;
+        rendezvous::open_store_file(&plan)?;
         Some(imp::dist_group(&plan).map_err(|e| comm_err("init", e))?)
     };
     *s = State::Up(Up { world, rank, group });

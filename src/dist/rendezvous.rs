@@ -69,6 +69,23 @@ pub fn check_world(env: &dyn Env, world: i64, rank: i64) -> Result<()> {
     Ok(())
 }
 
+/// A `file://` store's file, opened (and created) once before c10d does:
+/// c10d's FileStore retries a failing open for its default 5 minutes,
+/// whatever the group's timeout, so a path that cannot be opened is an
+/// error here at once.
+pub fn open_store_file(plan: &Plan) -> Result<()> {
+    if let Store::File { path } = &plan.store {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| crate::err!(E_DIST, "init: cannot open the file:// store {path:?}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// The timeout: the argument when it is > 0, else ENKAI_DIST_TIMEOUT_S, else PyTorch's 30 minutes.
 pub fn timeout(env: &dyn Env, seconds: f64) -> Result<Duration> {
     let from = |s: f64, what: &str| -> Result<Duration> {
@@ -220,6 +237,14 @@ mod tests {
         assert_eq!(plan(&e, "", 2, 2, T, 0).unwrap_err().code, crate::Code::E_INVALID_ARG);
         let e = env(&[("RANK", "x")]);
         assert_eq!(check_world(&e, 2, 0).unwrap_err().code, crate::Code::E_INVALID_ARG);
+    }
+
+    /// c10d's FileStore would retry this open for 5 minutes (found by the fuzzer).
+    #[test]
+    fn a_file_store_that_cannot_be_opened_fails_at_once() {
+        let p = plan(&env(&[]), "file:///nonexistent-enkai-dir/store", 2, 0, T, 0).unwrap();
+        let e = open_store_file(&p).unwrap_err();
+        assert!(e.code == crate::Code::E_DIST && e.detail.contains("nonexistent-enkai-dir"), "{e}");
     }
 
     #[test]

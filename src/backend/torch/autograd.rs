@@ -13,6 +13,11 @@ pub fn backward(loss: &Raw) -> Result<()> {
 
 /// A tensor sharing storage with `x.grad`, or `None` when there is none.
 pub fn grad(x: &Raw) -> Result<Option<Raw>> {
+    // A non-leaf that does not retain its grad has none; asking libtorch
+    // would also print its "non-leaf .grad" warning on stderr at every call.
+    if !x.0.f_is_leaf().map_err(torch_err)? && !x.0.f_retains_grad().map_err(torch_err)? {
+        return Ok(None);
+    }
     let g = x.0.f_grad().map_err(torch_err)?;
     Ok(g.defined().then_some(Raw(g)))
 }
@@ -32,7 +37,10 @@ pub fn all_finite(x: &Raw) -> Result<bool> {
 
 /// `x *= s` in place, as `torch.Tensor.mul_` with a Python float.
 pub fn scale_(x: &Raw, s: f64) -> Result<()> {
-    x.0.shallow_clone().f_mul_scalar_(s).map(drop).map_err(torch_err)
+    // As PyTorch's grad utilities, under no_grad: a grad that itself
+    // requires grad may be scaled in place.
+    let _no_grad = tch::no_grad_guard();
+    super::scalar_op(|| x.0.shallow_clone().f_mul_scalar_(s).map(drop))
 }
 
 /// `torch.nn.utils.clip_grad_norm_`: the norm of the per-grad norms, then every
@@ -57,5 +65,5 @@ pub fn clip_grad_norm(grads: &[&Raw], max_norm: f64, norm_type: f64) -> Result<f
     };
     // A guard, not tch::no_grad(f): its Drop restores grad mode even when `run` unwinds.
     let _no_grad = tch::no_grad_guard();
-    run().map_err(torch_err)
+    super::scalar_op(run)
 }

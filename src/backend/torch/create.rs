@@ -21,9 +21,14 @@ pub fn fill(shape: &[i64], dtype: DType, dev: Device, init: Init) -> Result<Raw>
         Init::Randn => tch::Tensor::f_randn(shape, opts),
         Init::Zeros => tch::Tensor::f_zeros(shape, opts),
         Init::Ones => tch::Tensor::f_ones(shape, opts),
-        Init::Full(v) => tch::Tensor::f_full(shape, v, opts),
+        Init::Full(v) => return full(shape, v, opts).map(Raw),
     };
     t.map(Raw).map_err(torch_err)
+}
+
+/// `torch.full`; an allocation failure is an error (see `scalar_op`).
+pub fn full(shape: &[i64], v: f64, opts: (tch::Kind, tch::Device)) -> Result<tch::Tensor> {
+    super::scalar_op(|| tch::Tensor::f_full(shape, v, opts))
 }
 
 /// Copies `bytes` (already checked to be numel × itemsize) into a new tensor on `dev`.

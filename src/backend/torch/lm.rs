@@ -1,7 +1,7 @@
 //! The GPT forward pass of `crate::lm`, written with the same libtorch ops,
 //! in the same order, as the PyTorch reference in python/tests/lm_reference.py.
 
-use super::{tdevice, torch_err, Raw};
+use super::{tdevice, Raw};
 use crate::device::Device;
 use crate::error::Result;
 use crate::lm::{Activation, Init, LmSpec, Norm, EPS};
@@ -20,7 +20,7 @@ pub fn lm_init(layout: &[(Vec<i64>, Init)], dev: Device, seed: i64) -> Result<Ve
         };
         t.f_set_requires_grad(true)
     };
-    layout.iter().map(|(s, i)| make(s, *i).map(Raw).map_err(torch_err)).collect()
+    layout.iter().map(|(s, i)| super::scalar_op(|| make(s, *i)).map(Raw)).collect()
 }
 
 fn norm(x: &T, w: &T, b: &T, kind: Norm) -> R<T> {
@@ -53,12 +53,12 @@ pub fn lm_forward(params: &[&Raw], spec: &LmSpec, ids: &Raw, targets: &Raw, trai
         let n = targets.0.numel() as i64;
         logits.f_view([n, spec.vocab])?.f_cross_entropy_loss(&targets.0.f_view([n])?, None::<T>, tch::Reduction::Mean, -100, 0.0)
     };
-    run().map(Raw).map_err(torch_err)
+    super::scalar_op(run).map(Raw)
 }
 
 /// Logits `[batch, seq, vocab]`.
 pub fn lm_logits(params: &[&Raw], spec: &LmSpec, ids: &Raw) -> Result<Raw> {
-    logits(params, spec, ids, false).map(Raw).map_err(torch_err)
+    super::scalar_op(|| logits(params, spec, ids, false)).map(Raw)
 }
 
 fn logits(params: &[&Raw], spec: &LmSpec, ids: &Raw, training: bool) -> R<T> {

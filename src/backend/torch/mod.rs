@@ -49,10 +49,64 @@ pub(crate) fn shim_result(msg: *mut std::ffi::c_char, code: crate::error::Code) 
     Err(Error::new(code, text))
 }
 
+/// Runs tch calls that take a `Scalar` (`f_full`, `f_mul_scalar`, norms with
+/// an order...) and returns their error. When such an op fails, tch panics
+/// instead: the temporary Scalar's `Drop` reads the op's pending libtorch
+/// error first and unwraps it. The panic carries that error; this turns it
+/// back into `E_TORCH`, without the panic being printed.
+pub fn scalar_op<T>(f: impl FnOnce() -> std::result::Result<T, tch::TchError>) -> crate::error::Result<T> {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    quiet_panics::install();
+    let r = quiet_panics::QUIET.with(|q| {
+        q.set(true);
+        let r = catch_unwind(AssertUnwindSafe(f));
+        q.set(false);
+        r
+    });
+    match r {
+        Ok(r) => r.map_err(torch_err),
+        Err(payload) => {
+            let text = payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+            // "called `Result::unwrap()` on an `Err` value: Torch(\"...\")"
+            let detail = text.and_then(|t| t.split_once("Torch(\"")).map(|(_, m)| m.trim_end_matches("\")"));
+            let detail = detail.map(|m| m.replace("\\n", "\n"));
+            match detail {
+                Some(m) => Err(torch_err(tch::TchError::Torch(m))),
+                None => std::panic::resume_unwind(payload),
+            }
+        }
+    }
+}
+
+/// A panic hook that stays silent on threads inside `scalar_op` (whose
+/// panics are expected errors) and defers to the previous hook elsewhere.
+mod quiet_panics {
+    use std::cell::Cell;
+    use std::sync::Once;
+
+    thread_local! {
+        pub static QUIET: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub fn install() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if !QUIET.with(Cell::get) {
+                    previous(info);
+                }
+            }));
+        });
+    }
+}
+
 /// Converts a libtorch error into `E_TORCH`, keeping the message but not the C++ backtrace.
 pub fn torch_err(e: tch::TchError) -> Error {
     let text = e.to_string();
+    // Both shapes of c10 message end in a C++ backtrace: cut it.
     let short = text.split("\nException raised from").next().unwrap_or(&text);
+    let short = short.split("\nframe #").next().unwrap_or(short);
     let short = short.trim_start_matches("Internal torch error: ").trim();
     crate::err!(E_TORCH, "{short}")
 }

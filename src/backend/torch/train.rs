@@ -71,8 +71,8 @@ pub fn scaler_state(init_scale: f64, dev: Device) -> Result<(Raw, Raw)> {
 /// Scaler state tensors holding a saved scale and growth tracker.
 pub fn scaler_state_with(scale: f64, tracker: i64, dev: Device) -> Result<(Raw, Raw)> {
     let d = super::tdevice(dev);
-    let scale = tch::Tensor::f_full([] as [i64; 0], scale, (tch::Kind::Float, d)).map_err(torch_err)?;
-    let tracker = tch::Tensor::f_full([] as [i64; 0], tracker, (tch::Kind::Int, d)).map_err(torch_err)?;
+    let scale = super::create::full(&[], scale, (tch::Kind::Float, d))?;
+    let tracker = super::create::full(&[], tracker as f64, (tch::Kind::Int, d))?;
     Ok((Raw(scale), Raw(tracker)))
 }
 
@@ -101,7 +101,7 @@ pub fn unscale(grads: &[&Raw], scale: &Raw) -> Result<bool> {
         }
         for dev in devices {
             let group: Vec<AtTensor> = grads.iter().filter(|g| g.0.device() == dev).map(|g| ptr(&g.0)).collect();
-            let found_inf = tch::Tensor::f_full([] as [i64; 0], 0.0, (tch::Kind::Float, dev)).map_err(torch_err)?;
+            let found_inf = super::create::full(&[], 0.0, (tch::Kind::Float, dev))?;
             let inv_d = inv.f_to_device(dev).map_err(torch_err)?;
             // SAFETY: live tensors; the shim catches every C++ exception.
             shim(unsafe { enkai_shim_unscale(group.as_ptr(), group.len(), ptr(&found_inf), ptr(&inv_d)) })?;
@@ -117,7 +117,7 @@ pub fn unscale(grads: &[&Raw], scale: &Raw) -> Result<bool> {
 /// torch._amp_update_scale_ with PyTorch's growth/backoff rule.
 pub fn update_scale(scale: &Raw, tracker: &Raw, found_inf: bool, growth: f64, backoff: f64, interval: i64) -> Result<()> {
     let dev = scale.0.device();
-    let found = tch::Tensor::f_full([] as [i64; 0], if found_inf { 1.0 } else { 0.0 }, (tch::Kind::Float, dev)).map_err(torch_err)?;
+    let found = super::create::full(&[], if found_inf { 1.0 } else { 0.0 }, (tch::Kind::Float, dev))?;
     let mut s = scale.0.shallow_clone();
     s.f_internal_amp_update_scale_(&tracker.0, &found, growth, backoff, interval).map(drop).map_err(torch_err)
 }
