@@ -19,7 +19,7 @@ VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-k
             --show-leak-kinds=definite --suppressions=capi-tests/valgrind.supp
 CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_*.c))
 
-.PHONY: demo quickstart test build header rust-test nofeature-test python-test capi-test fuzz bench clean
+.PHONY: demo quickstart test build header rust-test nofeature-test python-test capi-test sanitize-test fuzz bench clean
 
 demo: build build/examples/train_tinylm
 	build/examples/train_tinylm
@@ -28,7 +28,7 @@ quickstart: build build/examples/quickstart
 	build/examples/quickstart
 
 # Ends with the C suites' "name: N passed, N failed" lines.
-test: build rust-test nofeature-test python-test capi-test
+test: build rust-test nofeature-test python-test capi-test sanitize-test
 
 build:
 	cargo build --release
@@ -67,6 +67,25 @@ FUZZ_SEED ?= 20261122
 capi-test: build $(CAPI_TESTS) build/capi/fuzz
 	@for t in $(CAPI_TESTS); do echo "== $$t (valgrind)"; $(VALGRIND) $$t $(CURDIR)/$(LIB); done
 	build/capi/fuzz $(FUZZ_CALLS) $(FUZZ_SEED)
+
+# The C suites and a shorter fuzz run again, built with AddressSanitizer and
+# UBSan. The library is not instrumented, but ASan's interceptors see every
+# allocation and free in the process, and the C side's every access; hostile
+# sizes make huge allocations fail (allocator_may_return_null) as malloc would.
+SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SANITIZE_ENV := ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+ASAN_TESTS := $(patsubst build/capi/%,build/asan/%,$(CAPI_TESTS)) build/asan/fuzz
+sanitize-test: build $(ASAN_TESTS)
+	@for t in $(filter build/asan/test_%,$(ASAN_TESTS)); do echo "== $$t (asan+ubsan)"; $(SANITIZE_ENV) $$t $(CURDIR)/$(LIB); done
+	$(SANITIZE_ENV) build/asan/fuzz 50000 $(FUZZ_SEED)
+
+build/asan/test_client_%: capi-tests/test_client_%.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SANITIZE) $< -o $@ -ldl -lm
+
+build/asan/%: capi-tests/%.c capi-tests/check.h include/enkai_tensor.h $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SANITIZE) -Icapi-tests $< -o $@ $(LDLIBS)
 
 fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000
