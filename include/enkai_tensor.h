@@ -245,7 +245,9 @@ int enkai_autocast_enter_device(int64_t dev, const char *dtype);
 /**
  * One mixed-precision training step: scale `loss`, backward, unscale the
  * grads of `params`, AdamW-step `opt` unless a grad is non-finite, update
- * the scale. Returns 0 when stepped, 2 when skipped for an inf, 1 on error.
+ * the scale. Returns 0 when stepped, 2 when skipped for an inf, 1 on error:
+ * `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*`, `E_AUTOGRAD`, `E_AMP_STATE`,
+ * `E_DTYPE`, `E_TORCH`.
  *
  * # Safety
  * `params` is NULL or a NUL-terminated string.
@@ -401,7 +403,8 @@ int enkai_checkpoint_save(const char *dir, const char *params, int64_t opt, cons
 /**
  * `enkai_checkpoint_save` that also stores the GradScaler `scaler` (its scale,
  * growth tracker and settings) as `scaler.json`; restore it with
- * `enkai_checkpoint_load_scaler`.
+ * `enkai_checkpoint_load_scaler`. Errors as `enkai_checkpoint_save`, and
+ * `E_HANDLE_*` for `scaler`.
  *
  * # Safety
  * As `enkai_checkpoint_save`.
@@ -740,6 +743,8 @@ int64_t enkai_tensor_forward_tinylm(const char *params,
  * (`vocab_size`, `seq_len`, `d_model`, `n_layers`, `n_heads`; optional
  * `ff_mult` 4, `activation` gelu|relu|silu, `norm` layernorm|rmsnorm,
  * `tie_embeddings` (no `head_w`; the head is `tok_embed`ᵀ), `dropout`).
+ * Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG` (malformed spec, a
+ * size over its limit), `E_HANDLE_*`, `E_DEVICE`, `E_TORCH`; nothing is created on error.
  *
  * # Safety
  * `spec_json` is NULL or a NUL-terminated string; `out`, `out_len` NULL or valid for one write.
@@ -752,7 +757,9 @@ int enkai_tensor_lm_init(const char *spec_json,
 
 /**
  * Like `enkai_tensor_forward_tinylm` for the model of `spec_json`; dropout
- * applies only when `training` is non-zero.
+ * applies only when `training` is non-zero. Returns the loss (a new handle
+ * owned by the caller), or 0 with `E_NULL_POINTER`, `E_INVALID_ARG` (spec),
+ * `E_SHAPE` (params or ids do not fit the spec), `E_HANDLE_*`, `E_DTYPE`, `E_TORCH`.
  *
  * # Safety
  * As `enkai_tensor_forward_tinylm`; `spec_json` is NULL or a NUL-terminated string.
@@ -880,7 +887,7 @@ int64_t enkai_tensor_masked_softmax_backward(int64_t grad_out,
                                              int64_t dim);
 
 /**
- * `torch.relu(x)`.
+ * `torch.relu(x)`. Errors: `E_DTYPE` (not floating).
  */
 int64_t enkai_tensor_relu(int64_t x);
 
@@ -956,7 +963,7 @@ int64_t enkai_tensor_to_device(int64_t x, int64_t dev);
 int64_t enkai_tensor_to_dtype(int64_t x, const char *dtype);
 
 /**
- * `x.detach()`: shares storage, records no gradient.
+ * `x.detach()`: shares storage, records no gradient. Errors: `E_HANDLE_*` only.
  */
 int64_t enkai_tensor_detach(int64_t x);
 

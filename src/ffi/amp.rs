@@ -92,7 +92,9 @@ pub unsafe extern "C" fn enkai_autocast_enter_device(dev: i64, dtype: *const c_c
 
 /// One mixed-precision training step: scale `loss`, backward, unscale the
 /// grads of `params`, AdamW-step `opt` unless a grad is non-finite, update
-/// the scale. Returns 0 when stepped, 2 when skipped for an inf, 1 on error.
+/// the scale. Returns 0 when stepped, 2 when skipped for an inf, 1 on error:
+/// `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*`, `E_AUTOGRAD`, `E_AMP_STATE`,
+/// `E_DTYPE`, `E_TORCH`.
 ///
 /// # Safety
 /// `params` is NULL or a NUL-terminated string.

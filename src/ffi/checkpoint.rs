@@ -59,7 +59,8 @@ pub unsafe extern "C" fn enkai_checkpoint_save(dir: *const c_char, params: *cons
 
 /// `enkai_checkpoint_save` that also stores the GradScaler `scaler` (its scale,
 /// growth tracker and settings) as `scaler.json`; restore it with
-/// `enkai_checkpoint_load_scaler`.
+/// `enkai_checkpoint_load_scaler`. Errors as `enkai_checkpoint_save`, and
+/// `E_HANDLE_*` for `scaler`.
 ///
 /// # Safety
 /// As `enkai_checkpoint_save`.

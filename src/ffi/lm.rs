@@ -65,6 +65,8 @@ pub unsafe extern "C" fn enkai_tensor_forward_tinylm(
 /// (`vocab_size`, `seq_len`, `d_model`, `n_layers`, `n_heads`; optional
 /// `ff_mult` 4, `activation` gelu|relu|silu, `norm` layernorm|rmsnorm,
 /// `tie_embeddings` (no `head_w`; the head is `tok_embed`ᵀ), `dropout`).
+/// Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG` (malformed spec, a
+/// size over its limit), `E_HANDLE_*`, `E_DEVICE`, `E_TORCH`; nothing is created on error.
 ///
 /// # Safety
 /// `spec_json` is NULL or a NUL-terminated string; `out`, `out_len` NULL or valid for one write.
@@ -84,7 +86,9 @@ pub unsafe extern "C" fn enkai_tensor_lm_init(
 }
 
 /// Like `enkai_tensor_forward_tinylm` for the model of `spec_json`; dropout
-/// applies only when `training` is non-zero.
+/// applies only when `training` is non-zero. Returns the loss (a new handle
+/// owned by the caller), or 0 with `E_NULL_POINTER`, `E_INVALID_ARG` (spec),
+/// `E_SHAPE` (params or ids do not fit the spec), `E_HANDLE_*`, `E_DTYPE`, `E_TORCH`.
 ///
 /// # Safety
 /// As `enkai_tensor_forward_tinylm`; `spec_json` is NULL or a NUL-terminated string.

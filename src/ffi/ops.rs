@@ -119,7 +119,7 @@ pub extern "C" fn enkai_tensor_masked_softmax_backward(grad_out: i64, out: i64, 
     guard(|| ops::masked_softmax_backward(grad_out, out, mask, dim))
 }
 
-/// `torch.relu(x)`.
+/// `torch.relu(x)`. Errors: `E_DTYPE` (not floating).
 #[no_mangle]
 pub extern "C" fn enkai_tensor_relu(x: i64) -> i64 {
     guard(|| ops::unary(Unary::Relu, x))
@@ -203,7 +203,7 @@ pub unsafe extern "C" fn enkai_tensor_to_dtype(x: i64, dtype: *const c_char) -> 
     guard(|| ops::to_dtype(x, unsafe { dtype_arg(dtype, "dtype")? }))
 }
 
-/// `x.detach()`: shares storage, records no gradient.
+/// `x.detach()`: shares storage, records no gradient. Errors: `E_HANDLE_*` only.
 #[no_mangle]
 pub extern "C" fn enkai_tensor_detach(x: i64) -> i64 {
     guard(|| ops::unary(Unary::Detach, x))
