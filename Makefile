@@ -60,13 +60,14 @@ build/examples/%: examples-c/%.c include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
-# Then, natively, the hostile-call fuzzer: a bounded, seeded run (`make fuzz`
-# runs a long one with a fresh seed).
+# Then, natively: the hostile-call fuzzer (a bounded, seeded run; `make fuzz`
+# runs a long one with a fresh seed) and the 8-thread stress test.
 FUZZ_CALLS ?= 200000
 FUZZ_SEED ?= 20261122
-capi-test: build $(CAPI_TESTS) build/capi/fuzz
+capi-test: build $(CAPI_TESTS) build/capi/fuzz build/capi/stress
 	@for t in $(CAPI_TESTS); do echo "== $$t (valgrind)"; $(VALGRIND) $$t $(CURDIR)/$(LIB); done
 	build/capi/fuzz $(FUZZ_CALLS) $(FUZZ_SEED)
+	build/capi/stress
 
 # The C suites and a shorter fuzz run again, built with AddressSanitizer and
 # UBSan. The library is not instrumented, but ASan's interceptors see every
@@ -74,10 +75,11 @@ capi-test: build $(CAPI_TESTS) build/capi/fuzz
 # sizes make huge allocations fail (allocator_may_return_null) as malloc would.
 SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 SANITIZE_ENV := ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-ASAN_TESTS := $(patsubst build/capi/%,build/asan/%,$(CAPI_TESTS)) build/asan/fuzz
+ASAN_TESTS := $(patsubst build/capi/%,build/asan/%,$(CAPI_TESTS)) build/asan/fuzz build/asan/stress
 sanitize-test: build $(ASAN_TESTS)
 	@for t in $(filter build/asan/test_%,$(ASAN_TESTS)); do echo "== $$t (asan+ubsan)"; $(SANITIZE_ENV) $$t $(CURDIR)/$(LIB); done
 	$(SANITIZE_ENV) build/asan/fuzz 50000 $(FUZZ_SEED)
+	$(SANITIZE_ENV) build/asan/stress
 
 build/asan/test_client_%: capi-tests/test_client_%.c $(LIB)
 	@mkdir -p $(@D)

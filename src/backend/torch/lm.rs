@@ -9,18 +9,26 @@ use crate::lm::{Activation, Init, LmSpec, Norm, EPS};
 type T = tch::Tensor;
 type R<X> = std::result::Result<X, tch::TchError>;
 
+/// The parameters of `layout`: `randn·0.02` matrices drawn in order from a
+/// CPU generator of this call's own seeded with `seed` (the values
+/// `torch.manual_seed(seed)` then `torch.randn` give, on every device), ones
+/// and zeros. The process's generator is neither read nor reseeded, so
+/// threads initialising at once each get their own seed's weights.
 pub fn lm_init(layout: &[(Vec<i64>, Init)], dev: Device, seed: i64) -> Result<Vec<Raw>> {
-    tch::manual_seed(seed);
+    let gen = super::train::SeededGenerator::new(seed)?;
     let opts = (tch::Kind::Float, tdevice(dev));
-    let make = |shape: &[i64], init: Init| -> R<T> {
+    let make = |shape: &[i64], init: Init| -> Result<T> {
         let t = match init {
-            Init::Normal => T::f_randn(shape, opts)?.f_mul_scalar(0.02)?,
-            Init::One => T::f_ones(shape, opts)?,
-            Init::Zero => T::f_zeros(shape, opts)?,
+            Init::Normal => {
+                let drawn = gen.randn(shape)?;
+                super::scalar_op(|| drawn.f_mul_scalar(0.02)?.f_to_device(opts.1))?
+            }
+            Init::One => super::scalar_op(|| T::f_ones(shape, opts))?,
+            Init::Zero => super::scalar_op(|| T::f_zeros(shape, opts))?,
         };
-        t.f_set_requires_grad(true)
+        t.f_set_requires_grad(true).map_err(super::torch_err)
     };
-    layout.iter().map(|(s, i)| super::scalar_op(|| make(s, *i)).map(Raw)).collect()
+    layout.iter().map(|(s, i)| make(s, *i).map(Raw)).collect()
 }
 
 fn norm(x: &T, w: &T, b: &T, kind: Norm) -> R<T> {

@@ -84,6 +84,27 @@ char* enkai_shim_rng_get_state(at::Tensor** out) {
   });
 }
 
+// A CPU generator of the caller's own, seeded as torch.manual_seed(seed)
+// seeds the default one (so its draws are the same), touching no shared
+// state: concurrent seeded inits cannot interleave. NULL on failure.
+void* enkai_shim_generator_new(uint64_t seed) {
+  try {
+    return new at::Generator(at::make_generator<at::CPUGeneratorImpl>(seed));
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void enkai_shim_generator_free(void* gen) { delete static_cast<at::Generator*>(gen); }
+
+// torch.randn(shape, generator=gen): fp32 on the CPU.
+char* enkai_shim_randn_with(void* gen, const int64_t* shape, size_t ndim, at::Tensor** out) {
+  return guarded([&] {
+    auto* g = static_cast<at::Generator*>(gen);
+    *out = new at::Tensor(at::randn(at::IntArrayRef(shape, ndim), *g, at::TensorOptions().dtype(at::kFloat)));
+  });
+}
+
 // torch.set_rng_state(state): rejects a state of the wrong size or dtype.
 char* enkai_shim_rng_set_state(at::Tensor* state) {
   return guarded([&] {

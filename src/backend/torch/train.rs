@@ -31,6 +31,42 @@ extern "C" {
     fn enkai_shim_rng_get_state(out: *mut *mut torch_sys::C_tensor) -> *mut c_char;
     fn enkai_shim_rng_set_state(state: AtTensor) -> *mut c_char;
     fn enkai_shim_autocast_decrement_nesting();
+    fn enkai_shim_generator_new(seed: u64) -> *mut c_void;
+    fn enkai_shim_generator_free(gen: *mut c_void);
+    fn enkai_shim_randn_with(gen: *mut c_void, shape: *const i64, ndim: usize, out: *mut *mut torch_sys::C_tensor) -> *mut c_char;
+}
+
+/// A CPU random generator owned by its user (`torch.Generator().manual_seed(seed)`).
+pub struct SeededGenerator(*mut c_void);
+
+impl SeededGenerator {
+    pub fn new(seed: i64) -> Result<Self> {
+        // SAFETY: plain value argument; NULL means the shim caught a failure.
+        let g = unsafe { enkai_shim_generator_new(seed as u64) };
+        if g.is_null() {
+            return Err(crate::err!(E_TORCH, "could not create a CPU generator"));
+        }
+        Ok(SeededGenerator(g))
+    }
+
+    /// `torch.randn(shape, generator=self)`, fp32 on the CPU.
+    pub fn randn(&self, shape: &[i64]) -> Result<tch::Tensor> {
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a live generator, `shape` valid for its length, a valid out-pointer.
+        shim(unsafe { enkai_shim_randn_with(self.0, shape.as_ptr(), shape.len(), &mut out) })?;
+        if out.is_null() {
+            return Err(crate::err!(E_INTERNAL, "randn returned no tensor"));
+        }
+        // SAFETY: on success `out` is a new at::Tensor* that tch now owns.
+        Ok(unsafe { tch::Tensor::from_ptr(out) })
+    }
+}
+
+impl Drop for SeededGenerator {
+    fn drop(&mut self) {
+        // SAFETY: created by enkai_shim_generator_new, freed once.
+        unsafe { enkai_shim_generator_free(self.0) }
+    }
 }
 
 fn shim(msg: *mut c_char) -> Result<()> {
