@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "enkai_tensor.h"
+#include "check.h"
 
 /* ---------- randomness (xorshift64*, reproducible from the seed) ---------- */
 static uint64_t rng_state;
@@ -83,16 +83,8 @@ static void fail(const char *fmt, ...) {
 }
 
 /* ---------- the error contract ---------- */
-static const char *const code_names[] = {
-    "E_OK", "E_INVALID_ARG", "E_NULL_POINTER", "E_HANDLE_INVALID", "E_HANDLE_STALE", "E_HANDLE_KIND",
-    "E_SHAPE", "E_DTYPE", "E_DEVICE", "E_BACKEND_UNKNOWN", "E_BACKEND_UNAVAILABLE", "E_BACKEND_MISMATCH",
-    "E_TORCH", "E_INTERNAL", "E_RESOURCE", "E_AUTOGRAD", "E_NOT_FINITE", "E_AMP_INVALID_SCALE",
-    "E_AMP_INVALID_GROWTH_FACTOR", "E_AMP_INVALID_BACKOFF_FACTOR", "E_AMP_INVALID_GROWTH_INTERVAL",
-    "E_AMP_STATE", "E_CKPT_MISSING", "E_CKPT_HASH_MISMATCH", "E_CKPT_FORMAT", "E_CKPT_IO",
-    "E_DIST_ENV_GATE", "E_DIST", "E_DIST_PEER_LOST", "E_DIST_TIMEOUT", "E_DIST_ENV_MISMATCH",
-    "E_DIST_MISMATCH", "E_CKPT_INCOMPLETE",
-};
-#define N_CODES ((int)(sizeof code_names / sizeof code_names[0]))
+#define code_names enkai_code_names
+#define N_CODES ENKAI_N_CODES
 static long failures_by_code[N_CODES];
 
 /* The call failed: a known non-zero code, and a message "E_NAME: detail".

@@ -42,15 +42,8 @@ enum { DT_F32, DT_F64, DT_F16, DT_BF16, DT_I32, NDT };
 static const char *DT_NAME[NDT] = {"fp32", "fp64", "fp16", "bf16", "int32"};
 static const size_t DT_SIZE[NDT] = {4, 8, 2, 2, 4};
 
-static const char *CODE_NAME[] = {
-    "E_OK", "E_INVALID_ARG", "E_NULL_POINTER", "E_HANDLE_INVALID", "E_HANDLE_STALE", "E_HANDLE_KIND",
-    "E_SHAPE", "E_DTYPE", "E_DEVICE", "E_BACKEND_UNKNOWN", "E_BACKEND_UNAVAILABLE", "E_BACKEND_MISMATCH",
-    "E_TORCH", "E_INTERNAL", "E_RESOURCE", "E_AUTOGRAD", "E_NOT_FINITE", "E_AMP_INVALID_SCALE",
-    "E_AMP_INVALID_GROWTH_FACTOR", "E_AMP_INVALID_BACKOFF_FACTOR", "E_AMP_INVALID_GROWTH_INTERVAL",
-    "E_AMP_STATE", "E_CKPT_MISSING", "E_CKPT_HASH_MISMATCH", "E_CKPT_FORMAT", "E_CKPT_IO",
-    "E_DIST_ENV_GATE", "E_DIST", "E_DIST_PEER_LOST", "E_DIST_TIMEOUT", "E_DIST_ENV_MISMATCH",
-    "E_DIST_MISMATCH", "E_CKPT_INCOMPLETE"};
-#define NCODES ((int)(sizeof CODE_NAME / sizeof CODE_NAME[0]))
+#define CODE_NAME enkai_code_names
+#define NCODES ENKAI_N_CODES
 
 /* ---- shapes ---------------------------------------------------------------- */
 
