@@ -1039,6 +1039,8 @@ static const op_t ops[] = {
 };
 
 #define SLOW_S 10.0
+#define RSS_CALL_BOUND_KB (2L << 20)
+static long rss_setup;
 
 static double now_s(void) {
     struct timespec ts;
@@ -1121,6 +1123,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) total_weight += ops[i].weight;
 
     long rss_start = 0;
+    rss_setup = rss_kb();
     time_t t0 = time(NULL);
     for (call_no = 0; call_no < calls; call_no++) {
         if (call_no == calls / 10) rss_start = rss_kb();
@@ -1147,6 +1150,9 @@ int main(int argc, char **argv) {
          * fuzzer's multi-rank calls have no peers and a short timeout. */
         if (now_s() - started > SLOW_S) fail("%s took %.1f s", current, now_s() - started);
         check_counters();
+        /* No call may leave the process holding gigabytes (caught here, not by the OOM killer). */
+        if (rss_kb() - rss_setup > RSS_CALL_BOUND_KB)
+            fail("RSS grew from %ld to %ld KiB", rss_setup, rss_kb());
     }
     long rss_end = rss_kb();
 

@@ -32,9 +32,10 @@ use super::{FORMAT, INTEGRITY, MANIFEST, OPTIMIZER};
 use crate::dist;
 use crate::error::{Error, Result};
 
-/// The largest world a ranked checkpoint takes: the protocol walks every rank,
-/// so a world from one bad integer must not become billions of steps.
-const MAX_WORLD: i64 = 1 << 20;
+// The largest world a ranked checkpoint takes, as a process group: the
+// protocol walks every rank, so a world from one bad integer must not become
+// billions of steps.
+use crate::dist::rendezvous::MAX_WORLD;
 
 fn round_dir(dir: &Path, round: u64) -> PathBuf {
     dir.join(format!(".round-{round:06}"))

@@ -8,6 +8,12 @@ use std::time::Duration;
 
 use crate::error::Result;
 
+/// The most ranks a group (or a ranked checkpoint) may have. Gloo allocates
+/// per-peer state for the whole world when a group is created (16 GiB for a
+/// world of 2^31, found by the fuzzer), so an absurd integer must be refused
+/// before any rendezvous.
+pub const MAX_WORLD: i64 = 1 << 20;
+
 /// PyTorch's default process-group timeout (`default_pg_timeout`, 30 minutes).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
@@ -58,6 +64,9 @@ fn env_int(env: &dyn Env, key: &str) -> Result<Option<i64>> {
 pub fn check_world(env: &dyn Env, world: i64, rank: i64) -> Result<()> {
     if world < 1 || !(0..world).contains(&rank) {
         crate::bail!(E_INVALID_ARG, "rank {rank} is not in a world of {world}");
+    }
+    if world > MAX_WORLD {
+        crate::bail!(E_INVALID_ARG, "a world of {world} ranks is larger than the limit of {MAX_WORLD}");
     }
     for (key, given) in [("WORLD_SIZE", world), ("RANK", rank)] {
         if let Some(v) = env_int(env, key)? {
@@ -237,6 +246,10 @@ mod tests {
         assert_eq!(plan(&e, "", 2, 2, T, 0).unwrap_err().code, crate::Code::E_INVALID_ARG);
         let e = env(&[("RANK", "x")]);
         assert_eq!(check_world(&e, 2, 0).unwrap_err().code, crate::Code::E_INVALID_ARG);
+        // found by the fuzzer: gloo sized per-peer state for 2^31 ranks before any rendezvous
+        let e = check_world(&env(&[]), i64::from(i32::MAX), 0).unwrap_err();
+        assert!(e.code == crate::Code::E_INVALID_ARG && e.detail.contains("limit"), "{e}");
+        assert!(check_world(&env(&[]), MAX_WORLD, 0).is_ok());
     }
 
     /// c10d's FileStore would retry this open for 5 minutes (found by the fuzzer).
