@@ -31,6 +31,10 @@ pub enum Norm {
 /// The most layers a spec may ask for (PyTorch itself has no such limit; ours
 /// keeps a spec from one bad integer from exhausting memory before any check).
 pub const MAX_LAYERS: i64 = 4096;
+/// The most elements one parameter matrix of these helpers may have (1 GiB of
+/// fp32; a 70B-parameter model's largest is 2^28), so that one bad integer in
+/// a spec is refused instead of allocating and filling gigabytes (found by the fuzzer).
+pub const MAX_MATRIX_ELEMENTS: i64 = 1 << 28;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LmSpec {
@@ -139,6 +143,9 @@ impl LmSpec {
         ];
         if let Some((what, _)) = matrices.iter().find(|(_, n)| n.is_none()) {
             crate::bail!(E_INVALID_ARG, "lm spec: {what} has more elements than an int64 counts");
+        }
+        if let Some((what, Some(n))) = matrices.iter().find(|(_, n)| n.is_some_and(|n| n > MAX_MATRIX_ELEMENTS)) {
+            crate::bail!(E_INVALID_ARG, "lm spec: {what} has {n} elements, more than the limit of {MAX_MATRIX_ELEMENTS} (2^28)");
         }
         if self.d_model % self.n_heads != 0 {
             crate::bail!(E_INVALID_ARG, "lm spec: d_model {} is not a multiple of n_heads {}", self.d_model, self.n_heads);

@@ -192,6 +192,10 @@ def test_an_lm_spec_from_one_bad_integer_is_refused_before_anything_is_built():
     with pytest.raises(et.EnkaiError) as ex:
         et.tinylm_init(8, 4, 4, 1 << 40, 2)
     assert ex.value.code == "E_INVALID_ARG" and "4096" in str(ex.value)
+    # found by the fuzzer: a 2^32-element pos_embed was allocated and filled before failing
+    with pytest.raises(et.EnkaiError) as ex:
+        et.tinylm_init(16, (1 << 31) - 1, 2, 1, 1)
+    assert ex.value.code == "E_INVALID_ARG" and "pos_embed" in str(ex.value) and "limit" in str(ex.value)
     assert et.live()["tensors"] == before
 
 
