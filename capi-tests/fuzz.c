@@ -196,17 +196,32 @@ static int parse_list(const char *json, int64_t *out, int max) {
     return n;
 }
 
-/* Optimizer `opt` now also holds a reference to each handle of `list`. */
-static void model_hold(int64_t opt, const char *list) {
-    int64_t hs[64];
-    int n = parse_list(list, hs, 64), i = find_live(opt);
+/* The integers of a JSON list: a malloc'ed array of *n (free it). */
+static int64_t *list_of(const char *json, int *n) {
+    int max = json ? (int)strlen(json) / 2 + 1 : 1;
+    int64_t *hs = malloc(sizeof(int64_t) * (size_t)max);
+    *n = parse_list(json, hs, max);
+    return hs;
+}
+
+/* Optimizer `opt` now also holds a reference to each of hs[0..n). */
+static void hold(int64_t opt, const int64_t *hs, int n) {
+    int i = find_live(opt);
     if (i < 0 || kind_of(opt) != K_OPT) fail("%s: %" PRId64 " is not a live optimizer", current, opt);
     live_t *o = &live[K_OPT][i];
-    o->held = realloc(o->held, sizeof(int64_t) * (size_t)(o->n_held + n));
+    o->held = realloc(o->held, sizeof(int64_t) * (size_t)(o->n_held + n + 1));
     for (int j = 0; j < n; j++) {
         model_retain(hs[j]);
         o->held[o->n_held++] = hs[j];
     }
+}
+
+/* Optimizer `opt` now also holds a reference to each handle of `list`. */
+static void model_hold(int64_t opt, const char *list) {
+    int n;
+    int64_t *hs = list_of(list, &n);
+    hold(opt, hs, n);
+    free(hs);
 }
 
 /* A successful call that returns one of its own live arguments (no new reference). */
@@ -216,13 +231,15 @@ static void model_same(int64_t h) {
 
 /* Every handle in a JSON integer list the call created (0 entries skipped). */
 static void model_new_list(const char *json) {
-    int max = json ? (int)strlen(json) / 2 + 1 : 1;
-    int64_t *hs = malloc(sizeof(int64_t) * (size_t)max);
-    int n = parse_list(json, hs, max);
+    int n;
+    int64_t *hs = list_of(json, &n);
     for (int i = 0; i < n; i++)
         if (hs[i]) model_new(hs[i]);
     free(hs);
 }
+
+static int (*const release_of[K_N])(int64_t) = {enkai_tensor_free, enkai_tensor_device_free, enkai_tensor_opt_free,
+                                                enkai_amp_scaler_free};
 
 static int64_t (*const live_counter[K_N])(void) = {
     enkai_tensor_live_tensors, enkai_tensor_live_devices, enkai_tensor_live_opts, enkai_tensor_live_scalers};
@@ -875,10 +892,8 @@ OP(lm) {
 static void record_save(const char *list, int64_t opt) {
     if (ckpt_which < 0) fail("%s succeeded on a bad directory", current);
     ckpt_record_t *r = &ckpt_record[ckpt_which];
-    int max = (int)strlen(list) / 2 + 1;
-    int64_t *hs = malloc(sizeof(int64_t) * (size_t)max);
+    int64_t *hs = list_of(list, &r->n_params);
     r->saved = 1;
-    r->n_params = parse_list(list, hs, max);
     r->has_opt = opt != 0;
     r->n_idx = 0;
     free(r->idx);
@@ -903,21 +918,17 @@ static void record_save(const char *list, int64_t opt) {
 static void record_load(const char *params, int64_t opt) {
     if (ckpt_which < 0 || !ckpt_record[ckpt_which].saved) fail("%s loaded from a directory never saved to", current);
     ckpt_record_t *r = &ckpt_record[ckpt_which];
-    int max = (int)strlen(params) / 2 + 1;
-    int64_t *hs = malloc(sizeof(int64_t) * (size_t)max);
-    int n = parse_list(params, hs, max);
+    int n;
+    int64_t *hs = list_of(params, &n);
     if (n != r->n_params) fail("%s loaded %d params, %d were saved", current, n, r->n_params);
     if ((opt != 0) != r->has_opt) fail("%s: optimizer %" PRId64 " loaded, saved: %d", current, opt, r->has_opt);
     for (int i = 0; i < n; i++) model_new(hs[i]);
     if (opt) {
+        int64_t *held = malloc(sizeof(int64_t) * (size_t)(r->n_idx + 1));
+        for (int j = 0; j < r->n_idx; j++) held[j] = hs[r->idx[j]];
         model_new(opt);
-        int at = find_live(opt);
-        live_t *o = &live[K_OPT][at];
-        o->held = malloc(sizeof(int64_t) * (size_t)(r->n_idx + 1));
-        for (int j = 0; j < r->n_idx; j++) {
-            model_retain(hs[r->idx[j]]);
-            o->held[o->n_held++] = hs[r->idx[j]];
-        }
+        hold(opt, held, r->n_idx);
+        free(held);
     }
     free(hs);
 }
@@ -1060,14 +1071,12 @@ static long rss_kb(void) {
 
 /* Releases every reference the model holds, checking each free succeeds. */
 static void release_all(void) {
-    static int (*const release[K_N])(int64_t) = {enkai_tensor_free, enkai_tensor_device_free, enkai_tensor_opt_free,
-                                                 enkai_amp_scaler_free};
     for (int k = 0; k < K_N; k++)
         while (n_live[k]) {
             int64_t h = live[k][n_live[k] - 1].h;
             current = "release_all";
             logcall("release_all %s %" PRId64, kind_names[k], h);
-            if (release[k](h) != 0) fail("freeing live %s %" PRId64 " failed", kind_names[k], h);
+            if (release_of[k](h) != 0) fail("freeing live %s %" PRId64 " failed", kind_names[k], h);
             model_free(h);
         }
 }
@@ -1133,11 +1142,9 @@ int main(int argc, char **argv) {
                 while (n_live[k] > (k == K_TENSOR ? 200 : 20)) {
                     int i = below(n_live[k]);
                     int64_t h = live[k][i].h;
-                    int (*rel)(int64_t) = k == K_TENSOR ? enkai_tensor_free : k == K_DEVICE ? enkai_tensor_device_free
-                                          : k == K_OPT ? enkai_tensor_opt_free : enkai_amp_scaler_free;
                     current = "trim";
                     logcall("trim %s %" PRId64, kind_names[k], h);
-                    outcome(rel(h) != 0);
+                    outcome(release_of[k](h) != 0);
                     model_free(h);
                 }
         }

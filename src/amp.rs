@@ -27,13 +27,19 @@ pub struct Scaler {
     state: Mutex<ScaleState>,
 }
 
+/// Whether the scale `v` stays finite and positive in float32, where PyTorch keeps it.
+fn positive_f32(v: f64) -> bool {
+    let f = v as f32;
+    f.is_finite() && f > 0.0
+}
+
 /// A scaler with checked settings (`torch.amp.GradScaler.__init__`'s checks,
 /// plus a scale that float32, where PyTorch keeps it, can hold).
 fn validated(init_scale: f64, growth: f64, backoff: f64, interval: i64) -> Result<Scaler> {
     if !(init_scale.is_finite() && init_scale > 0.0) {
         crate::bail!(E_AMP_INVALID_SCALE, "init_scale must be finite and > 0, got {init_scale}");
     }
-    if !(init_scale as f32).is_finite() || init_scale as f32 == 0.0 {
+    if !positive_f32(init_scale) {
         crate::bail!(E_AMP_INVALID_SCALE, "init_scale {init_scale} is not a finite, non-zero float32 (the scale is kept in float32, as PyTorch keeps it)");
     }
     if !(growth.is_finite() && growth > 1.0) {
@@ -198,7 +204,7 @@ pub fn scaler_export(scaler: i64) -> Result<ScalerExport> {
 
 pub fn scaler_import(x: ScalerExport) -> Result<i64> {
     let mut s = validated(x.init_scale, x.growth, x.backoff, x.interval)?;
-    if !(x.scale > 0.0 && (x.scale as f32).is_finite() && x.scale as f32 > 0.0) {
+    if !positive_f32(x.scale) {
         crate::bail!(E_CKPT_FORMAT, "scaler.json: scale {} is not a finite, positive float32", x.scale);
     }
     if i32::try_from(x.growth_tracker).map_or(true, |t| t < 0) {

@@ -155,40 +155,50 @@ fn dims_within(text: &str, dims: Vec<i64>) -> Result<Vec<i64>> {
     Ok(dims)
 }
 
-/// Whether quick-parsed dims are a valid creation shape (else the precise path names the fault).
-pub fn fits_shape(d: &[i64]) -> bool {
-    d.iter().all(|&x| x >= 0)
+/// What a shape argument may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DimsRule {
+    /// A shape to create a tensor with: every dimension `>= 0`.
+    Shape,
+    /// A reshape/view target: at most one `-1`, other dimensions `>= 0`.
+    Target,
 }
 
-/// Whether quick-parsed dims are a valid reshape target.
-pub fn fits_target(d: &[i64]) -> bool {
-    d.iter().all(|&x| x >= -1) && d.iter().filter(|&&x| x == -1).count() <= 1
-}
-
-pub fn shape(text: &str) -> Result<Dims> {
-    if let Some(d) = quick_int_list(str_bytes(text)).filter(|d| fits_shape(d)) {
-        return Ok(d);
+impl DimsRule {
+    /// Why `dims` break this rule (the message after `shape "...": `), or `None`.
+    fn fault(self, dims: &[i64]) -> Option<String> {
+        let least = if self == DimsRule::Target { -1 } else { 0 };
+        if let Some((i, d)) = dims.iter().enumerate().find(|(_, d)| **d < least) {
+            return Some(match self {
+                DimsRule::Shape => format!("dimension {i} is negative ({d})"),
+                DimsRule::Target => format!("dimension {i} is negative ({d}); only -1 may be inferred"),
+            });
+        }
+        (dims.iter().filter(|d| **d == -1).count() > 1).then(|| "only one dimension may be -1".to_string())
     }
+}
+
+/// The dims of the one-pass parser, when it takes the text `at` reads and
+/// they obey `rule`; `None` leaves the text to [`precise_dims`].
+pub fn quick_dims(rule: DimsRule, at: impl Fn(usize) -> u8) -> Option<Dims> {
+    quick_int_list(at).filter(|d| rule.fault(d).is_none())
+}
+
+/// The dims of `text` under `rule`, or the precise reason they are refused.
+pub fn precise_dims(rule: DimsRule, text: &str) -> Result<Dims> {
     let dims = dims_within(text, precise_int_list(text, "shape")?)?;
-    if let Some((i, d)) = dims.iter().enumerate().find(|(_, d)| **d < 0) {
-        crate::bail!(E_INVALID_ARG, "shape {text:?}: dimension {i} is negative ({d})");
+    if let Some(why) = rule.fault(&dims) {
+        crate::bail!(E_INVALID_ARG, "shape {text:?}: {why}");
     }
     Ok(Dims::Heap(dims))
 }
 
-/// A target shape for reshape/view: at most one `-1`, other dimensions `>= 0`.
-pub fn target_shape(text: &str) -> Result<Dims> {
-    if let Some(d) = quick_int_list(str_bytes(text)).filter(|d| fits_target(d)) {
-        return Ok(d);
+/// A shape argument given as a `&str`: the quick path, else the precise one.
+pub fn dims(rule: DimsRule, text: &str) -> Result<Dims> {
+    match quick_dims(rule, str_bytes(text)) {
+        Some(d) => Ok(d),
+        None => precise_dims(rule, text),
     }
-    let dims = dims_within(text, precise_int_list(text, "shape")?)?;
-    if let Some((i, d)) = dims.iter().enumerate().find(|(_, d)| **d < -1) {
-        crate::bail!(E_INVALID_ARG, "shape {text:?}: dimension {i} is negative ({d}); only -1 may be inferred");
-    }
-    if dims.iter().filter(|d| **d == -1).count() > 1 {
-        crate::bail!(E_INVALID_ARG, "shape {text:?}: only one dimension may be -1");
-    }
-    Ok(Dims::Heap(dims))
 }
 
 /// A list of handles: positive integers (validity is checked by the registry).
@@ -232,9 +242,13 @@ mod tests {
         assert!(msg(int_list("[1,]", "shape")).contains("element 1 is missing"));
         assert!(msg(int_list("2,3", "shape")).contains("expected a JSON array"));
         assert!(msg(int_list("[01]", "shape")).contains("is not an integer: 01"));
+        let shape = |t| dims(DimsRule::Shape, t);
+        let target = |t| dims(DimsRule::Target, t);
         assert!(shape("[2,-1]").unwrap_err().to_string().contains("dimension 1 is negative (-1)"));
-        assert_eq!(target_shape("[-1,4]").unwrap().to_vec(), vec![-1, 4]);
-        assert!(target_shape("[-1,-1]").unwrap_err().to_string().contains("only one dimension may be -1"));
+        assert!(shape("[2, -1]").unwrap_err().to_string().contains("dimension 1 is negative (-1)"));
+        assert_eq!(target("[-1,4]").unwrap().to_vec(), vec![-1, 4]);
+        assert!(target("[-1,-1]").unwrap_err().to_string().contains("only one dimension may be -1"));
+        assert!(target("[2,-2]").unwrap_err().to_string().contains("dimension 1 is negative (-2); only -1 may be inferred"));
         assert_eq!(write_int_list(&[2, 3]), "[2,3]");
     }
 
@@ -278,7 +292,7 @@ mod tests {
         assert_eq!(quick("[9223372036854775808]"), None);
         // more dims than fit inline, and embedded NULs, are left to the precise parser
         assert_eq!(quick("[1,2,3,4,5,6,7,8,9]"), None);
-        assert_eq!(shape("[1,2,3,4,5,6,7,8,9]").unwrap().to_vec(), (1..=9).collect::<Vec<_>>());
+        assert_eq!(dims(DimsRule::Shape, "[1,2,3,4,5,6,7,8,9]").unwrap().to_vec(), (1..=9).collect::<Vec<_>>());
         assert_eq!(quick("[1]\0"), None);
     }
 }

@@ -168,7 +168,7 @@ fn numel_error(op: &str, x: &Tensor, target: &[i64]) -> Option<Error> {
     Some(crate::err!(E_SHAPE, "{op}: cannot reshape {} into {}", fmt(&shape(x)), fmt(target)))
 }
 
-/// `x.reshape(target)`; `target` is a checked reshape target (`json::target_shape`).
+/// `x.reshape(target)`; `target` is a checked reshape target (`json::DimsRule::Target`).
 pub fn reshape(x: i64, target: &[i64]) -> Result<i64> {
     run("reshape", [x], |[x]| imp::reshape(x, target), |[x]| numel_error("reshape", x, target))
 }

@@ -97,36 +97,20 @@ pub unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str> {
     })
 }
 
-/// A shape argument (JSON array of dims >= 0). The common short form is
-/// parsed straight from the C string in one pass; anything else goes through
-/// `str_arg` and the precise parser, which names the fault.
+/// A shape argument under `rule` (JSON array of dims). The common short form
+/// is parsed straight from the C string in one pass; anything else goes
+/// through `str_arg` and the precise parser, which names the fault.
 ///
 /// # Safety
 /// `p` is NULL or points to a NUL-terminated string.
-pub unsafe fn shape_arg(p: *const c_char, name: &str) -> Result<json::Dims> {
-    match unsafe { quick_dims(p) } {
-        Some(d) if json::fits_shape(&d) => Ok(d),
-        _ => json::shape(unsafe { str_arg(p, name)? }),
+pub unsafe fn dims_arg(p: *const c_char, name: &str, rule: json::DimsRule) -> Result<json::Dims> {
+    if !p.is_null() {
+        // SAFETY: the quick parser reads bytes in order and stops at the NUL.
+        if let Some(d) = json::quick_dims(rule, |i| unsafe { *p.add(i) } as u8) {
+            return Ok(d);
+        }
     }
-}
-
-/// A reshape target (one dim may be -1); as `shape_arg`.
-///
-/// # Safety
-/// `p` is NULL or points to a NUL-terminated string.
-pub unsafe fn target_shape_arg(p: *const c_char, name: &str) -> Result<json::Dims> {
-    match unsafe { quick_dims(p) } {
-        Some(d) if json::fits_target(&d) => Ok(d),
-        _ => json::target_shape(unsafe { str_arg(p, name)? }),
-    }
-}
-
-unsafe fn quick_dims(p: *const c_char) -> Option<json::Dims> {
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: the quick parser reads bytes in order and stops at the NUL.
-    json::quick_int_list(|i| unsafe { *p.add(i) } as u8)
+    json::precise_dims(rule, unsafe { str_arg(p, name)? })
 }
 
 /// A dtype name argument, matched straight from the C string; unknown or

@@ -6,8 +6,8 @@
 
 use std::ffi::{c_char, c_int};
 
-use super::{dtype_arg, guard, str_arg, target_shape_arg, EnkaiSlice};
-use crate::json;
+use super::{dims_arg, dtype_arg, guard, str_arg, EnkaiSlice};
+use crate::json::{self, DimsRule};
 use crate::ops::{self, Binary, Reduce, Unary};
 
 /// `torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast.
@@ -48,7 +48,7 @@ pub extern "C" fn enkai_tensor_div(a: i64, b: i64) -> i64 {
 /// `shape` is NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn enkai_tensor_reshape(x: i64, shape: *const c_char) -> i64 {
-    guard(|| ops::reshape(x, &unsafe { target_shape_arg(shape, "shape")? }))
+    guard(|| ops::reshape(x, &unsafe { dims_arg(shape, "shape", DimsRule::Target)? }))
 }
 
 /// `x.view(shape)`, falling back to a copy when the strides allow no view.
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn enkai_tensor_reshape(x: i64, shape: *const c_char) -> i
 /// `shape` is NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn enkai_tensor_view(x: i64, shape: *const c_char) -> i64 {
-    guard(|| ops::view(x, &unsafe { target_shape_arg(shape, "shape")? }))
+    guard(|| ops::view(x, &unsafe { dims_arg(shape, "shape", DimsRule::Target)? }))
 }
 
 /// `x.transpose(d0, d1)`; negative dims count from the end. Errors: `E_SHAPE` (dim out of range).

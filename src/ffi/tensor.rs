@@ -2,10 +2,11 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::{bytes_arg, bytes_out, dtype_arg, guard, guard_or, shape_arg, status, EnkaiSlice, OutStr};
+use super::{bytes_arg, bytes_out, dims_arg, dtype_arg, guard, guard_or, status, EnkaiSlice, OutStr};
 use crate::backend::Init;
 use crate::error::Result;
 use crate::registry::TENSORS;
+use crate::json::DimsRule;
 use crate::{json, tensor};
 
 /// Adds a reference to a tensor handle. Returns 0, or 1 with `E_HANDLE_*`.
@@ -23,7 +24,7 @@ pub extern "C" fn enkai_tensor_free(t: i64) -> c_int {
 
 /// Shared body of the shape/dtype/device constructors.
 unsafe fn create(shape: *const c_char, dtype: *const c_char, dev: i64, init: Init) -> Result<i64> {
-    let shape = unsafe { shape_arg(shape, "shape")? };
+    let shape = unsafe { dims_arg(shape, "shape", DimsRule::Shape)? };
     let dtype = unsafe { dtype_arg(dtype, "dtype")? };
     tensor::create(&shape, dtype, dev, init)
 }
@@ -92,7 +93,7 @@ pub unsafe extern "C" fn enkai_tensor_from_data(
 ) -> i64 {
     guard(|| {
         let bytes = unsafe { bytes_arg(data.cast::<u8>(), nbytes, "data")? };
-        let shape = unsafe { shape_arg(shape, "shape")? };
+        let shape = unsafe { dims_arg(shape, "shape", DimsRule::Shape)? };
         let dtype = unsafe { dtype_arg(dtype, "dtype")? };
         tensor::from_data(bytes, &shape, dtype, dev)
     })

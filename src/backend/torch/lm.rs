@@ -23,8 +23,8 @@ pub fn lm_init(layout: &[(Vec<i64>, Init)], dev: Device, seed: i64) -> Result<Ve
                 let drawn = gen.randn(shape)?;
                 super::scalar_op(|| drawn.f_mul_scalar(0.02)?.f_to_device(opts.1))?
             }
-            Init::One => super::scalar_op(|| T::f_ones(shape, opts))?,
-            Init::Zero => super::scalar_op(|| T::f_zeros(shape, opts))?,
+            Init::One => T::f_ones(shape, opts).map_err(super::torch_err)?,
+            Init::Zero => T::f_zeros(shape, opts).map_err(super::torch_err)?,
         };
         t.f_set_requires_grad(true).map_err(super::torch_err)
     };
