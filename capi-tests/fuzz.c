@@ -590,8 +590,15 @@ OP(data_out) {
         size_t len = 0;
         char **po = MAYBE_NULL(&out);
         size_t *pl = MAYBE_NULL(&len);
-        CALL(enkai_tensor_dtype); logcall("dtype(%" PRId64 ", %s, %s)", t, po ? "&out" : "NULL", pl ? "&len" : "NULL");
-        int r = enkai_tensor_dtype(t, po, pl);
+        /* the two string-out queries share one shape */
+        int r;
+        if (chance(50)) {
+            CALL(enkai_tensor_dtype); logcall("dtype(%" PRId64 ", %s, %s)", t, po ? "&out" : "NULL", pl ? "&len" : "NULL");
+            r = enkai_tensor_dtype(t, po, pl);
+        } else {
+            CALL(enkai_tensor_device_name); logcall("device_name(%" PRId64 ", %s, %s)", t, po ? "&out" : "NULL", pl ? "&len" : "NULL");
+            r = enkai_tensor_device_name(t, po, pl);
+        }
         outcome(r != 0);
         if (r == 0) enkai_tensor_string_free(out);
         break;

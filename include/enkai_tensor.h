@@ -1198,6 +1198,16 @@ struct EnkaiSlice enkai_tensor_shape(int64_t t);
 int enkai_tensor_dtype(int64_t t, char **out, size_t *out_len);
 
 /**
+ * Writes the device the tensor lives on (`cpu`, `cuda:N`) to `*out`
+ * (malloc'ed; free with `enkai_tensor_string_free`) and its length to
+ * `*out_len`. Returns 0, or 1 with `E_NULL_POINTER`, `E_HANDLE_*`.
+ *
+ * # Safety
+ * `out` and `out_len` are NULL or valid for one write.
+ */
+int enkai_tensor_device_name(int64_t t, char **out, size_t *out_len);
+
+/**
  * The number of elements, or -1 with `E_HANDLE_*`.
  */
 int64_t enkai_tensor_numel(int64_t t);

@@ -128,6 +128,11 @@ pub fn dtype(h: i64) -> Result<DType> {
     imp::dtype(&get(h)?.raw)
 }
 
+/// The device a tensor lives on.
+pub fn device_of(h: i64) -> Result<Device> {
+    Ok(imp::device(&get(h)?.raw))
+}
+
 pub fn numel(h: i64) -> Result<i64> {
     Ok(numel_of(&shape(h)?)? as i64)
 }

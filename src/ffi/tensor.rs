@@ -155,6 +155,20 @@ pub unsafe extern "C" fn enkai_tensor_dtype(t: i64, out: *mut *mut c_char, out_l
     })
 }
 
+/// Writes the device the tensor lives on (`cpu`, `cuda:N`) to `*out`
+/// (malloc'ed; free with `enkai_tensor_string_free`) and its length to
+/// `*out_len`. Returns 0, or 1 with `E_NULL_POINTER`, `E_HANDLE_*`.
+///
+/// # Safety
+/// `out` and `out_len` are NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_tensor_device_name(t: i64, out: *mut *mut c_char, out_len: *mut usize) -> c_int {
+    status(|| {
+        let out = unsafe { OutStr::new(out, out_len)? };
+        out.write(&tensor::device_of(t)?.to_string())
+    })
+}
+
 /// The number of elements, or -1 with `E_HANDLE_*`.
 #[no_mangle]
 pub extern "C" fn enkai_tensor_numel(t: i64) -> i64 {
