@@ -52,7 +52,7 @@ build/capi/test_client_%: capi-tests/test_client_%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ -ldl -lm
 
-build/capi/%: capi-tests/%.c capi-tests/check.h include/enkai_tensor.h $(LIB)
+build/capi/%: capi-tests/%.c capi-tests/check.h capi-tests/dlpack_min.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icapi-tests $< -o $@ $(LDLIBS)
 
@@ -88,7 +88,7 @@ build/asan/test_client_%: capi-tests/test_client_%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SANITIZE) $< -o $@ -ldl -lm
 
-build/asan/%: capi-tests/%.c capi-tests/check.h include/enkai_tensor.h $(LIB)
+build/asan/%: capi-tests/%.c capi-tests/check.h capi-tests/dlpack_min.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SANITIZE) -Icapi-tests $< -o $@ $(LDLIBS)
 

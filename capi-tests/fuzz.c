@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "dlpack_min.h"
 
 /* ---------- randomness (xorshift64*, reproducible from the seed) ---------- */
 static uint64_t rng_state;
@@ -1045,6 +1046,92 @@ OP(dist) {
 }
 
 /* ---------- driver ---------- */
+/* DLPack: exports are deleted or re-imported at once; foreign tensors come
+ * from the fuzzer's own producer, each with its own memory (valid for any
+ * shape it makes that the library could accept), and must be released exactly
+ * once: on a refused import at once, else when the last view of them dies. */
+typedef struct {
+    DLManagedTensorVersioned m;
+    int64_t shape[64], strides[64];
+    _Alignas(8) unsigned char data[1024];
+} foreign_t;
+static long foreign_made, foreign_released;
+static void foreign_deleter(DLManagedTensorVersioned *m) {
+    foreign_released++;
+    free(m); /* m is the first member */
+}
+
+static DLManagedTensorVersioned *foreign_tensor(void) {
+    static const DLDataType types[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1},
+                                       {kDLInt, 64, 1},   {kDLInt, 32, 1},   {kDLBool, 8, 1},   {kDLUInt, 8, 1}};
+    foreign_t *f = calloc(1, sizeof *f);
+    if (!f) abort();
+    for (size_t i = 0; i < sizeof f->data; i++) f->data[i] = (unsigned char)(i % 3 == 0); /* valid bools too */
+    DLManagedTensorVersioned *m = &f->m;
+    m->version.major = chance(92) ? 1 : (uint32_t)PICK(((int[]){0, 2, 3, -1}));
+    m->version.minor = (uint32_t)below(4);
+    m->deleter = foreign_deleter;
+    m->flags = chance(20) ? DLPACK_FLAG_BITMASK_READ_ONLY : 0;
+    DLTensor *t = &m->dl_tensor;
+    t->dtype = chance(94) ? PICK(types) : (DLDataType){(uint8_t)below(8), (uint8_t)(8 << below(4)), (uint16_t)(chance(50) ? 1 : below(5))};
+    int bytes = t->dtype.bits / 8 ? t->dtype.bits / 8 : 1;
+    /* At most 3 dims of up to 4 with strides up to 5 (46 elements), or more
+     * dims of 1 and 0; or an ndim the library must refuse before reading. */
+    int nd = chance(90) ? below(4) : chance(50) ? 4 + below(61) : PICK(((int[]){-1, 65, 1000, INT32_MIN}));
+    t->ndim = nd;
+    for (int i = 0; i < nd && i < 64; i++) {
+        f->shape[i] = nd <= 3 ? below(5) : below(2);
+        f->strides[i] = chance(95) ? below(6) : -1 - below(3);
+    }
+    t->shape = nd > 0 && chance(3) ? NULL : f->shape;
+    t->strides = chance(50) ? NULL : f->strides;
+    t->data = chance(3) ? NULL : f->data;
+    t->byte_offset = chance(90) ? (uint64_t)(below(17) * bytes) : (uint64_t)(1 + below(bytes));
+    t->device = chance(90) ? (DLDevice){chance(80) ? kDLCPU : kDLCUDAHost, 0}
+                           : (DLDevice){below(20), chance(50) ? 1000 : -1};
+    foreign_made++;
+    return m;
+}
+
+OP(dlpack) {
+    switch (below(4)) {
+    case 0: {
+        int64_t t = tensor();
+        CALL(enkai_tensor_to_dlpack); logcall("to_dlpack(%" PRId64 ")", t);
+        DLManagedTensorVersioned *m = enkai_tensor_to_dlpack(t);
+        outcome(m == NULL);
+        if (!m) break;
+        if (m->version.major != 1 || !m->deleter) fail("to_dlpack: version %u.%u, deleter %p", m->version.major, m->version.minor, (void *)m->deleter);
+        if (enkai_tensor_live_tensors() != baseline[K_TENSOR] + n_live[K_TENSOR] + 1) fail("to_dlpack: the export is not counted");
+        if (chance(50)) {
+            logmore(" -> deleted");
+            m->deleter(m);
+            break;
+        }
+        CALL(enkai_tensor_from_dlpack); logmore(" -> from_dlpack");
+        int64_t h = enkai_tensor_from_dlpack(m);
+        outcome(h == 0);
+        if (h && enkai_tensor_free(h) != 0) fail("freeing a re-imported export failed");
+        break;
+    }
+    case 1: CALL(enkai_tensor_from_dlpack); logcall("from_dlpack(NULL)"); outcome(enkai_tensor_from_dlpack(NULL) == 0); break;
+    default: {
+        DLManagedTensorVersioned *m = foreign_tensor();
+        DLTensor *t = &m->dl_tensor;
+        int read_only = (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+        CALL(enkai_tensor_from_dlpack);
+        logcall("from_dlpack(v%u, dtype %u/%u/%u, ndim %d, shape %s, strides %s, data %s+%" PRIu64 ", dev %d:%d%s)", m->version.major,
+                t->dtype.code, t->dtype.bits, t->dtype.lanes, t->ndim, t->shape ? "set" : "NULL", t->strides ? "set" : "NULL",
+                t->data ? "buf" : "NULL", t->byte_offset, t->device.device_type, t->device.device_id, read_only ? ", read-only" : "");
+        long before = foreign_released;
+        int64_t h = enkai_tensor_from_dlpack(m);
+        t_new(h);
+        long want = before + (h == 0 || read_only);
+        if (foreign_released != want) fail("from_dlpack released the producer's tensor %ld times, not %ld", foreign_released - before, want - before);
+    }
+    }
+}
+
 typedef struct {
     void (*fn)(void);
     int weight;
@@ -1053,7 +1140,7 @@ typedef struct {
 static const op_t ops[] = {
     {op_create, 14}, {op_from_data, 4}, {op_ids_u32, 2}, {op_device, 2}, {op_retain_free, 18}, {op_binary, 10},
     {op_unary, 10}, {op_layout, 9}, {op_nn, 6}, {op_data_out, 6}, {op_autograd, 8}, {op_optim, 5}, {op_amp, 4},
-    {op_backend, 1}, {op_library, 2}, {op_lm, 2}, {op_checkpoint, 1}, {op_dist, 2},
+    {op_backend, 1}, {op_library, 2}, {op_lm, 2}, {op_checkpoint, 1}, {op_dist, 2}, {op_dlpack, 3},
 };
 
 #define SLOW_S 10.0
@@ -1180,6 +1267,8 @@ int main(int argc, char **argv) {
     check_counters();
     for (int k = 0; k < K_N; k++)
         if (live_counter[k]() != baseline[k]) fail("%s counter did not return to baseline", kind_names[k]);
+    if (foreign_released != foreign_made)
+        fail("%ld DLPack tensors were imported, %ld released by their deleter", foreign_made, foreign_released);
     rm_rf(ckpt_root);
     enkai_tensor_device_free(cpu);
 

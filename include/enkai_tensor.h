@@ -16,6 +16,9 @@
 #include <stdint.h>
 #include <stddef.h>
 
+/* DLPack 1.x: include dlpack.h to read or build one (DLPACK_MAJOR_VERSION 1). */
+typedef struct DLManagedTensorVersioned DLManagedTensorVersioned;
+
 /**
  * Stable error codes returned by `enkai_tensor_last_error_code()`.
  *
@@ -641,6 +644,37 @@ int64_t enkai_dist_all_gather(int64_t t);
 int enkai_dist_shutdown(void);
 
 /**
+ * Exports tensor `t` as a DLPack 1.x `DLManagedTensorVersioned` that shares
+ * its storage (no copy; writes through either side are seen by the other).
+ * The caller — the consumer — owns the result and must call its `deleter`
+ * exactly once; until then the storage stays alive (even after `t` is freed)
+ * and the export counts as a live tensor in `enkai_tensor_live_tensors`.
+ * CUDA tensors are synchronized before they are handed out. As
+ * `torch.to_dlpack`, a tensor that requires grad is refused: export its
+ * `enkai_tensor_detach`. Returns NULL with `E_HANDLE_*`, `E_AUTOGRAD`.
+ */
+DLManagedTensorVersioned *enkai_tensor_to_dlpack(int64_t t);
+
+/**
+ * Wraps a producer's DLPack 1.x tensor as a new tensor handle without
+ * copying, on the active backend; the producer's `deleter` runs when the last
+ * handle (and view) of it is freed. Ownership of `managed` passes to the
+ * library in every case: on failure its `deleter` has already run (a major
+ * version other than 1 gets only that, as the DLPack rules ask). A tensor
+ * flagged `DLPACK_FLAG_BITMASK_READ_ONLY` is copied (no backend here has
+ * read-only tensors) and released at once. CPU, CUDA-host and CUDA memory
+ * are accepted. Returns 0 with `E_NULL_POINTER`, `E_INVALID_ARG` (version,
+ * ndim, negative strides, misaligned data, extent), `E_DTYPE`, `E_DEVICE`,
+ * `E_SHAPE`, `E_BACKEND_*`, `E_TORCH`.
+ *
+ * # Safety
+ * `managed` is NULL or a live `DLManagedTensorVersioned` whose deleter has
+ * not run, with `ndim` entries in `shape` (and in `strides` unless NULL),
+ * and memory valid for that extent until its deleter runs.
+ */
+int64_t enkai_tensor_from_dlpack(DLManagedTensorVersioned *managed);
+
+/**
  * The ABI version as `major << 32 | minor << 16 | patch`. Never fails; like
  * every entry, it clears this thread's last error.
  */
@@ -679,7 +713,8 @@ void enkai_free(uint8_t *ptr, size_t len);
 void enkai_tensor_string_free(char *p);
 
 /**
- * Number of live tensor handles (not the sum of their reference counts). Never fails.
+ * Number of live tensor handles (not the sum of their reference counts),
+ * plus DLPack exports whose deleter has not run yet. Never fails.
  */
 int64_t enkai_tensor_live_tensors(void);
 

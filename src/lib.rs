@@ -13,6 +13,7 @@ pub mod backend;
 pub mod checkpoint;
 pub mod device;
 pub mod dist;
+pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod ffi;

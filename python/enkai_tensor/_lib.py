@@ -48,6 +48,8 @@ SIGNATURES = {
     "enkai_tensor_shape": (EnkaiSlice, [c_i64]),
     "enkai_tensor_dtype": (c_int, [c_i64, c_char_pp, c_size_p]),
     "enkai_tensor_device_name": (c_int, [c_i64, c_char_pp, c_size_p]),
+    "enkai_tensor_to_dlpack": (c_void_p, [c_i64]),
+    "enkai_tensor_from_dlpack": (c_i64, [c_void_p]),
     "enkai_tensor_numel": (c_i64, [c_i64]),
     "enkai_tensor_matmul": (c_i64, [c_i64, c_i64]),
     "enkai_tensor_add": (c_i64, [c_i64, c_i64]),

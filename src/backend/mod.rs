@@ -114,3 +114,13 @@ pub enum Init {
     Ones,
     Full(f64),
 }
+
+/// A backend tensor's storage as DLPack exports it: `data` already includes
+/// the storage offset; `keep` holds the storage alive.
+pub struct ExportView<R> {
+    pub data: *mut std::ffi::c_void,
+    pub shape: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub device: Device,
+    pub keep: R,
+}

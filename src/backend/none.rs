@@ -191,3 +191,35 @@ pub fn dist_stack_one(t: &Raw) -> Result<Raw> {
 pub fn gloo_layout() -> Result<[usize; 4]> {
     Err(unavailable())
 }
+
+pub fn export_view(t: &Raw) -> Result<super::ExportView<Raw>> {
+    match *t {}
+}
+
+/// # Safety
+/// As the torch backend's: `release(ctx)` runs exactly once, here at once.
+pub unsafe fn wrap_foreign(
+    _data: *mut std::ffi::c_void,
+    _shape: &[i64],
+    _strides: &[i64],
+    _dtype: DType,
+    _dev: Device,
+    release: unsafe extern "C" fn(*mut std::ffi::c_void),
+    ctx: *mut std::ffi::c_void,
+) -> Result<Raw> {
+    // SAFETY: the caller hands `ctx` over for exactly one release.
+    unsafe { release(ctx) };
+    Err(unavailable())
+}
+
+/// # Safety
+/// Nothing is read.
+pub unsafe fn copy_foreign(
+    _data: *mut std::ffi::c_void,
+    _shape: &[i64],
+    _strides: &[i64],
+    _dtype: DType,
+    _dev: Device,
+) -> Result<Raw> {
+    Err(unavailable())
+}

@@ -8,6 +8,7 @@ pub mod autograd;
 pub mod backend;
 pub mod checkpoint;
 pub mod dist;
+pub mod dlpack;
 pub mod library;
 pub mod lm;
 pub mod ops;

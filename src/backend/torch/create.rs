@@ -1,5 +1,7 @@
 //! Creating tensors and seeding.
 
+use std::ffi::{c_char, c_int, c_void};
+
 use super::{kind, tdevice, torch_err, Raw};
 use crate::backend::Init;
 use crate::device::Device;
@@ -58,4 +60,91 @@ pub fn filled_cpu<E: From<Error>>(
     // references yet; the slice does not outlive this call.
     fill(unsafe { std::slice::from_raw_parts_mut(t.data_ptr().cast::<u8>(), n) })?;
     Ok(Raw(t))
+}
+
+extern "C" {
+    fn enkai_shim_from_blob(
+        data: *mut c_void,
+        sizes: *const i64,
+        strides: *const i64,
+        ndim: usize,
+        dtype: c_int,
+        device: c_int,
+        index: c_int,
+        release: unsafe extern "C" fn(*mut c_void),
+        ctx: *mut c_void,
+        out: *mut *mut torch_sys::C_tensor,
+    ) -> *mut c_char;
+}
+
+/// c10's `ScalarType` numbering (stable across releases: serialized files use it).
+fn scalar_type(d: DType) -> c_int {
+    match d {
+        DType::U8 => 0,
+        DType::I32 => 3,
+        DType::I64 => 4,
+        DType::F16 => 5,
+        DType::F32 => 6,
+        DType::F64 => 7,
+        DType::Bool => 11,
+        DType::BF16 => 15,
+    }
+}
+
+/// A tensor over foreign memory, without a copy. `release(ctx)` runs exactly
+/// once: when the storage dies, or before this returns an error.
+///
+/// # Safety
+/// `data` is valid for the extent of `shape`/`strides` in `dtype` on `dev`
+/// until `release(ctx)` runs.
+pub unsafe fn wrap_foreign(
+    data: *mut c_void,
+    shape: &[i64],
+    strides: &[i64],
+    dtype: DType,
+    dev: Device,
+    release: unsafe extern "C" fn(*mut c_void),
+    ctx: *mut c_void,
+) -> Result<Raw> {
+    let (device, index) = match dev {
+        Device::Cpu => (0, -1),
+        Device::Cuda(n) => (1, n as c_int),
+    };
+    let mut out = std::ptr::null_mut();
+    // SAFETY: the caller's contract; `shape` and `strides` have equal lengths;
+    // the shim copies them and catches every C++ exception.
+    let msg = unsafe {
+        enkai_shim_from_blob(
+            data,
+            shape.as_ptr(),
+            strides.as_ptr(),
+            shape.len(),
+            scalar_type(dtype),
+            device,
+            index,
+            release,
+            ctx,
+            &mut out,
+        )
+    };
+    super::shim_result(msg, crate::error::Code::E_TORCH)?;
+    if out.is_null() {
+        return Err(crate::err!(E_INTERNAL, "from_blob returned no tensor"));
+    }
+    // SAFETY: on success `out` is a new at::Tensor* that tch now owns.
+    Ok(Raw(unsafe { tch::Tensor::from_ptr(out) }))
+}
+
+unsafe extern "C" fn keep(_ctx: *mut c_void) {}
+
+/// A tensor holding a copy of foreign memory.
+///
+/// # Safety
+/// As `wrap_foreign`, for the duration of the call.
+pub unsafe fn copy_foreign(data: *mut c_void, shape: &[i64], strides: &[i64], dtype: DType, dev: Device) -> Result<Raw> {
+    // SAFETY: the view lives only for the copy below.
+    let view = unsafe { wrap_foreign(data, shape, strides, dtype, dev, keep, std::ptr::null_mut())? };
+    let mut copy = view.0.f_empty_like().map_err(torch_err)?;
+    copy.f_copy_(&view.0).map_err(torch_err)?;
+    Ok(Raw(copy))
 }

@@ -45,3 +45,22 @@ pub fn with_bytes<R>(t: &Raw, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
     let bytes = unsafe { std::slice::from_raw_parts(c.data_ptr() as *const u8, n) };
     f(bytes)
 }
+
+/// What a DLPack export of `t` shares: its storage, seen through its own
+/// sizes and strides, kept alive by `keep`.
+pub fn export_view(t: &Raw) -> Result<crate::backend::ExportView<Raw>> {
+    if t.0.requires_grad() {
+        crate::bail!(E_AUTOGRAD, "cannot export a tensor that requires grad; export its detach() (as torch.to_dlpack)");
+    }
+    if let tch::Device::Cuda(n) = t.0.device() {
+        // The consumer may read on another stream: finish pending writes first.
+        tch::Cuda::synchronize(n as i64);
+    }
+    Ok(crate::backend::ExportView {
+        data: t.0.data_ptr(),
+        shape: t.0.size(),
+        strides: t.0.stride(),
+        device: device(t),
+        keep: Raw(t.0.shallow_clone()),
+    })
+}

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -111,6 +112,44 @@ char* enkai_shim_rng_set_state(at::Tensor* state) {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(*state);
+  });
+}
+
+}  // extern "C"
+
+extern "C" {
+
+// at::from_blob with a deleter (tch's from_blob has none): `release(ctx)` runs
+// exactly once — when the storage dies, or before this returns an error.
+char* enkai_shim_from_blob(void* data, const int64_t* sizes, const int64_t* strides, size_t ndim, int dtype,
+                           int device, int index, void (*release)(void*), void* ctx, at::Tensor** out) {
+  struct Releaser {
+    void (*fn)(void*);
+    void* ctx;
+    Releaser(void (*f)(void*), void* c) : fn(f), ctx(c) {}
+    Releaser(const Releaser&) = delete;
+    Releaser& operator=(const Releaser&) = delete;
+    ~Releaser() { fn(ctx); }
+  };
+  std::shared_ptr<Releaser> owner;
+  try {
+    owner = std::make_shared<Releaser>(release, ctx);
+  } catch (...) {
+    release(ctx);
+    return enkai::dup("out of memory wrapping foreign memory");
+  }
+  // The deleter's copy of `owner` is the last one once this returns; on an
+  // exception every copy dies during unwinding and `release` runs then.
+  return guarded([&] {
+    auto opts = at::TensorOptions()
+                    .dtype(static_cast<at::ScalarType>(dtype))
+                    .device(at::Device(device_type(device), static_cast<c10::DeviceIndex>(index)));
+    at::Tensor t = at::for_blob(data, at::IntArrayRef(sizes, ndim))
+                       .strides(at::IntArrayRef(strides, ndim))
+                       .deleter([owner](void*) mutable { owner.reset(); })
+                       .options(opts)
+                       .make_tensor();
+    *out = new at::Tensor(std::move(t));
   });
 }
 
