@@ -19,7 +19,7 @@ VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-k
             --show-leak-kinds=definite --suppressions=capi-tests/valgrind.supp
 CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_*.c))
 
-.PHONY: demo quickstart test build header rust-test nofeature-test python-test capi-test sanitize-test fuzz bench clean
+.PHONY: demo quickstart test build header install rust-test nofeature-test python-test capi-test sanitize-test fuzz bench clean
 
 demo: build build/examples/train_tinylm
 	build/examples/train_tinylm
@@ -30,11 +30,20 @@ quickstart: build build/examples/quickstart
 # Ends with the C suites' "name: N passed, N failed" lines.
 test: build rust-test nofeature-test python-test capi-test sanitize-test
 
+# Programs linked with -lenkai_tensor load it by its SONAME (libenkai_tensor.so.<ABI
+# major>, set in build.rs): the link in target/release lets them find it there.
 build:
 	cargo build --release
+	ln -sf libenkai_tensor.so target/release/$$(readelf -d $(LIB) | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 
 header:
 	ENKAI_UPDATE_HEADER=1 cargo test --release --test header
+
+# Installs the library (SONAME libenkai_tensor.so.<major>), the headers, a
+# pkg-config file and a CMake package under $(DESTDIR)$(PREFIX).
+PREFIX ?= /usr/local
+install: build
+	bash scripts/install.sh $(LIB) $(PREFIX) $(DESTDIR)
 
 rust-test: build
 	cargo test --release

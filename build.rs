@@ -5,8 +5,17 @@
 // registers its CUDA hooks, so no CUDA device would ever be found.
 // Finally compiles the small C++ shims (autocast/AdamW/GradScaler, and
 // c10d process groups) against the same libtorch headers.
+/// The C ABI's version, in one place: `enkai_abi_version()` returns it and the
+/// SONAME carries its major (`libenkai_tensor.so.1`), so a program linked
+/// against one major never loads another.
+const ABI_VERSION: [u32; 3] = [1, 0, 0];
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    for (name, v) in ["MAJOR", "MINOR", "PATCH"].iter().zip(ABI_VERSION) {
+        println!("cargo:rustc-env=ENKAI_ABI_{name}={v}");
+    }
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libenkai_tensor.so.{}", ABI_VERSION[0]);
     println!("cargo:rerun-if-changed=src/backend/torch/shim.cpp");
     println!("cargo:rerun-if-changed=src/backend/torch/dist_shim.cpp");
     println!("cargo:rerun-if-changed=src/backend/torch/shim_guard.h");

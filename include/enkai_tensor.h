@@ -675,8 +675,9 @@ DLManagedTensorVersioned *enkai_tensor_to_dlpack(int64_t t);
 int64_t enkai_tensor_from_dlpack(DLManagedTensorVersioned *managed);
 
 /**
- * The ABI version as `major << 32 | minor << 16 | patch`. Never fails; like
- * every entry, it clears this thread's last error.
+ * The ABI version as `major << 32 | minor << 16 | patch` (the SONAME is
+ * `libenkai_tensor.so.<major>`). Never fails; like every entry, it clears
+ * this thread's last error.
  */
 uint64_t enkai_abi_version(void);
 

@@ -21,6 +21,11 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# cmake, for the test that builds a project against the installed CMake package.
+if [ ! -x "$VENV/bin/cmake" ]; then
+  "$VENV/bin/python" -m pip install -q cmake >&2
+fi
+
 if ! command -v valgrind >/dev/null 2>&1; then
   echo "setup: installing valgrind" >&2
   if [ "$(id -u)" = 0 ]; then apt-get update -qq >&2 && apt-get install -y -qq valgrind >&2

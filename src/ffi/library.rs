@@ -6,15 +6,29 @@ use super::guard;
 use crate::error;
 use crate::registry::{DEVICES, OPTIMIZERS, SCALERS, TENSORS};
 
-/// The ABI version as `major << 32 | minor << 16 | patch`. Never fails; like
-/// every entry, it clears this thread's last error.
+/// The ABI version as `major << 32 | minor << 16 | patch` (the SONAME is
+/// `libenkai_tensor.so.<major>`). Never fails; like every entry, it clears
+/// this thread's last error.
 #[no_mangle]
 pub extern "C" fn enkai_abi_version() -> u64 {
     crate::error::clear();
-    const MAJOR: u64 = 1;
-    const MINOR: u64 = 0;
-    const PATCH: u64 = 0;
+    const MAJOR: u64 = decimal(env!("ENKAI_ABI_MAJOR"));
+    const MINOR: u64 = decimal(env!("ENKAI_ABI_MINOR"));
+    const PATCH: u64 = decimal(env!("ENKAI_ABI_PATCH"));
     (MAJOR << 32) | (MINOR << 16) | PATCH
+}
+
+/// The version parts come from build.rs (which also sets the SONAME) as text.
+const fn decimal(s: &str) -> u64 {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut v = 0;
+    while i < b.len() {
+        assert!(b[i].is_ascii_digit(), "an ABI version part is not a number");
+        v = v * 10 + (b[i] - b'0') as u64;
+        i += 1;
+    }
+    v
 }
 
 /// The last error on this thread as `"E_CODE: detail"`, or NULL when the last
