@@ -10,11 +10,17 @@
 import ctypes
 import json
 import os
+import struct
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
+from . import _dlpack, _format
 from ._lib import EnkaiSlice, lib  # noqa: F401  (lib is part of the API)
 
+if TYPE_CHECKING:
+    import numpy as np
+
 __all__ = [
-    "EnkaiError", "Tensor", "Device", "device", "randn", "zeros", "ones", "full", "from_bytes",
+    "EnkaiError", "Tensor", "Device", "device", "tensor", "from_dlpack", "randn", "zeros", "ones", "full", "from_bytes",
     "from_numpy", "ids_u32", "manual_seed", "backend_list", "backend_set", "backend_current",
     "live", "concat", "matmul", "softmax", "masked_softmax", "masked_softmax_backward", "layernorm",
     "layernorm_backward", "embedding", "linear", "cross_entropy", "dropout", "grad_multi",
@@ -114,23 +120,142 @@ def device(spec=None):
 _DTYPE_SIZES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
 _NUMPY = {"fp32": "float32", "fp16": "float16", "fp64": "float64", "int64": "int64", "int32": "int32",
           "bool": "bool", "uint8": "uint8"}
+_STRUCT = {"fp32": "f", "fp16": "e", "fp64": "d", "int64": "q", "int32": "i", "bool": "?", "uint8": "B"}
+_FLOATING = ("fp32", "fp64", "bf16", "fp16")
+DeviceLike = Union["Device", str, None]
+
+
+def _wrap(handle: int) -> "Tensor":
+    return Tensor._from_handle(handle)
+
+
+def _nest(flat: List[Any], shape: List[int]) -> Any:
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return flat
+    step = len(flat) // shape[0] if shape[0] else 0
+    return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _shape_of(data: Any) -> List[int]:
+    shape = []
+    while isinstance(data, (list, tuple)):
+        shape.append(len(data))
+        if not data:
+            break
+        data = data[0]
+    return shape
+
+
+def _flatten(data: Any, shape: List[int], out: List[Any]) -> List[Any]:
+    if not shape:
+        if isinstance(data, (list, tuple)):
+            raise ValueError("ragged nested sequence: every row must have the same length")
+        out.append(data)
+        return out
+    if not isinstance(data, (list, tuple)) or len(data) != shape[0]:
+        raise ValueError(f"ragged nested sequence: expected a sequence of {shape[0]} at this depth")
+    for x in data:
+        _flatten(x, shape[1:], out)
+    return out
+
+
+def _from_data(data: Any, dev: DeviceLike) -> "Tensor":
+    """torch.tensor's inference: bool -> bool, int -> int64, else fp32; arrays keep their dtype."""
+    if hasattr(data, "__array__") and not isinstance(data, (list, tuple)):
+        return from_numpy(data, dev)
+    shape = _shape_of(data)
+    flat = _flatten(data, shape, [])
+    if not flat:
+        dt = "fp32"
+    elif all(isinstance(v, bool) for v in flat):
+        dt = "bool"
+    elif all(isinstance(v, int) for v in flat):
+        dt = "int64"
+    else:
+        dt = "fp32"
+        flat = [float(v) for v in flat]
+    return from_bytes(struct.pack(f"<{len(flat)}{_STRUCT[dt]}", *flat), shape, dt, dev)
+
+
+def _index(t: "Tensor", index: Any) -> "Tensor":
+    items = list(index) if isinstance(index, tuple) else [index]
+    for it in items:
+        if not (it is Ellipsis or isinstance(it, slice) or _is_int(it)):
+            raise TypeError(f"only integers, slices and ... index a Tensor, not {type(it).__name__}")
+    if items.count(Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    shape = list(t.shape)
+    n_dims = sum(1 for it in items if it is not Ellipsis)
+    if n_dims > len(shape):
+        raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at:at + 1] = [slice(None)] * (len(shape) - n_dims)
+    out, keep = t, []
+    for d, it in enumerate(items):
+        size = shape[d]
+        if isinstance(it, slice):
+            if it.step is not None and it.step <= 0:
+                raise ValueError("step must be greater than zero")
+            start, stop, step = it.indices(size)
+            out = out.slice(d, start, max(start, stop), step)
+            keep.append(True)
+        else:
+            i = int(it)
+            if not -size <= i < size:
+                raise IndexError(f"index {i} is out of bounds for dimension {d} with size {size}")
+            i %= size
+            out = out.slice(d, i, i + 1, 1)
+            keep.append(False)
+    if all(keep):
+        return out
+    new = [n for n, k in zip(list(out.shape), keep + [True] * (len(shape) - len(keep))) if k]
+    return out.view(new)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) or (hasattr(x, "__index__") and not isinstance(x, float))
 
 
 class Tensor:
-    """Owns one reference to a tensor handle; freed on garbage collection or `with` exit."""
+    """A tensor: owns one reference to a library handle, freed on garbage
+    collection, `free()` or `with` exit.
+
+    `Tensor(data, dtype=None, dev=None)` copies data in, as `torch.tensor`
+    does: nested lists and Python scalars (floats become fp32, ints int64,
+    bools bool), numpy arrays (their dtype kept; bf16 has no numpy dtype), or
+    anything with `__array__`. `dtype` converts. To take over a handle a C
+    function returned, use `Tensor._from_handle(h)` (or `Tensor.borrow(h)` to
+    add a reference to one you keep)."""
 
     __slots__ = ("handle", "__weakref__")
 
-    def __init__(self, handle):
-        self.handle = _check_handle(handle)
+    def __init__(self, data: Any, dtype: Optional[str] = None, dev: DeviceLike = None) -> None:
+        self.handle = 0
+        if isinstance(data, Tensor):
+            raise TypeError("Tensor(t) of a Tensor: use t.detach() or t.to_dtype(...)")
+        src = _from_data(data, dev)
+        if dtype is not None and src.dtype != dtype:
+            src = src.to_dtype(dtype)
+        self.handle, src.handle = src.handle, 0
 
     @classmethod
-    def borrow(cls, handle):
+    def _from_handle(cls, handle: int) -> "Tensor":
+        """Takes ownership of a tensor handle a C function returned (0 raises
+        the library's last error)."""
+        t = object.__new__(cls)
+        t.handle = _check_handle(handle)
+        return t
+
+    @classmethod
+    def borrow(cls, handle: int) -> "Tensor":
         """A new reference to an existing handle (retained)."""
         _check_status(lib.enkai_tensor_retain(handle))
-        return cls(handle)
+        return cls._from_handle(handle)
 
-    def free(self):
+    def free(self) -> None:
         h, self.handle = self.handle, 0
         if h:
             _check_status(lib.enkai_tensor_free(h))
@@ -140,40 +265,51 @@ class Tensor:
         if h and lib is not None:
             lib.enkai_tensor_free(h)
 
-    def __enter__(self):
+    def __enter__(self) -> "Tensor":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.free()
 
     # metadata
     @property
-    def shape(self):
+    def shape(self) -> Tuple[int, ...]:
         return tuple(json.loads(_slice_text(lib.enkai_tensor_shape(self.handle))))
 
     @property
-    def dtype(self):
+    def dtype(self) -> str:
+        """The dtype's name: fp32, fp64, bf16, fp16, int64, int32, bool or uint8."""
         return _out_string(lib.enkai_tensor_dtype, self.handle)
 
-    def numel(self):
+    @property
+    def device(self) -> str:
+        """Where the tensor lives: `cpu` or `cuda:N`."""
+        return _out_string(lib.enkai_tensor_device_name, self.handle)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
         n = lib.enkai_tensor_numel(self.handle)
         if n < 0:
             _raise()
         return n
 
-    def item(self):
+    def item(self) -> float:
         v = lib.enkai_tensor_item(self.handle)
         if v != v and lib.enkai_tensor_last_error_code() != 0:
             _raise()
         return v
 
-    def to_bytes(self):
+    def to_bytes(self) -> bytes:
         n = self.numel() * _DTYPE_SIZES[self.dtype]
         buf = ctypes.create_string_buffer(max(n, 1))
         _check_status(lib.enkai_tensor_copy_to(self.handle, buf, n))
         return buf.raw[:n]
 
-    def numpy(self):
+    def numpy(self) -> "np.ndarray":
+        """A copy as a numpy array (bf16, which numpy lacks, as float32)."""
         import numpy as np
 
         dt = self.dtype
@@ -181,89 +317,189 @@ class Tensor:
             return self.to_dtype("fp32").numpy()
         return np.frombuffer(self.to_bytes(), dtype=_NUMPY[dt]).reshape(self.shape).copy()
 
-    def tolist(self):
-        return self.numpy().tolist()
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> "np.ndarray":
+        # numpy()'s result is always a fresh copy, so copy=False cannot be honoured
+        # (numpy 2's protocol: raise rather than silently copy).
+        if copy is False:
+            raise ValueError("a Tensor's memory reaches numpy without a copy through np.from_dlpack(t)")
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
 
-    def __repr__(self):
-        return f"Tensor(handle={self.handle}, shape={list(self.shape)}, dtype={self.dtype})"
+    def tolist(self) -> Any:
+        """Nested Python lists (a number for a 0-dim tensor); needs no numpy."""
+        return _nest(self._values(), list(self.shape))
+
+    def _values(self) -> List[Any]:
+        dt = self.dtype
+        if dt == "bf16":
+            return self.to_dtype("fp32")._values()
+        raw = self.to_bytes()
+        code = _STRUCT[dt]
+        return list(struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw))
+
+    def __repr__(self) -> str:
+        indent = len("tensor(")
+        shape = list(self.shape)
+        numel = self.numel()
+        summarize = numel > _format.THRESHOLD
+        cuts = [summarize and n > 2 * _format.EDGEITEMS for n in shape]
+        corner = self._corners(cuts) if any(cuts) else self
+        values = _format.values_str(corner.tolist(), cuts, numel, self.dtype in _FLOATING, indent)
+        suffixes = [f"dtype={self.dtype}", f"device={self.device}"]
+        if numel == 0 and len(shape) != 1:
+            suffixes.insert(0, f"size={tuple(shape)}")
+        return _format.tensor_repr(values, suffixes, indent)
+
+    __str__ = __repr__
+
+    def _corners(self, cuts: List[bool]) -> "Tensor":
+        """The first and last EDGEITEMS along every cut dim: all repr reads of
+        a large tensor."""
+        t, e = self.detach(), _format.EDGEITEMS
+        for d, cut in enumerate(cuts):
+            if cut:
+                n = t.shape[d]
+                t = concat([t.slice(d, 0, e), t.slice(d, n - e, n)], d)
+        return t
+
+    # Python number protocol for one-element tensors, as torch
+    def __bool__(self) -> bool:
+        return bool(self._single())
+
+    def __float__(self) -> float:
+        return float(self._single())
+
+    def __int__(self) -> int:
+        return int(self._single())
+
+    def _single(self) -> float:
+        if self.numel() != 1:
+            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to a Python number")
+        return self.item()
+
+    def __len__(self) -> int:
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of a 0-d tensor")
+        return shape[0]
+
+    def __getitem__(self, index: Any) -> "Tensor":
+        """Basic indexing as torch: ints, slices with a positive step and
+        `...`, each dim through `enkai_tensor_slice` (a view; gradients flow)."""
+        return _index(self, index)
+
+    # DLPack (zero-copy exchange with torch, numpy, …)
+    def __dlpack__(self, *, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
+                   dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
+        """A "dltensor_versioned" capsule sharing this tensor's memory (DLPack
+        >= 1.0 consumers only: the library produces only the versioned
+        struct). CUDA tensors are synchronized first, so `stream` needs no
+        event; `copy=True` exports a copy."""
+        if max_version is None or max_version[0] < _dlpack.MAJOR:
+            raise BufferError("enkai_tensor exports DLPack >= 1.0 only; the consumer asked for an older version")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"cannot export a {self.device} tensor to DLPack device {tuple(dl_device)}")
+        src = concat([self.reshape([self.numel()])], 0).reshape(list(self.shape)) if copy else self
+        cap = _dlpack.to_capsule(src.handle)
+        if cap is None:
+            _raise()
+        return cap
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        return _dlpack.device_tuple(self.device)
 
     # ops
-    def _binary(self, fn, o):
+    def _binary(self, fn: Any, o: Any, reflected: bool = False) -> "Tensor":
         o = _as_tensor(o, self)  # held here: a temporary freed before the call would be a stale handle
-        return Tensor(fn(self.handle, o.handle))
+        if o is NotImplemented:
+            return NotImplemented
+        a, b = (o, self) if reflected else (self, o)
+        return _wrap(fn(a.handle, b.handle))
 
-    def __add__(self, o):
+    def __add__(self, o: Any) -> "Tensor":
         return self._binary(lib.enkai_tensor_add, o)
 
-    def __sub__(self, o):
+    def __sub__(self, o: Any) -> "Tensor":
         return self._binary(lib.enkai_tensor_sub, o)
 
-    def __mul__(self, o):
+    def __mul__(self, o: Any) -> "Tensor":
         return self._binary(lib.enkai_tensor_mul, o)
 
-    def __truediv__(self, o):
+    def __truediv__(self, o: Any) -> "Tensor":
         return self._binary(lib.enkai_tensor_div, o)
 
-    def __matmul__(self, o):
-        return Tensor(lib.enkai_tensor_matmul(self.handle, o.handle))
+    def __radd__(self, o: Any) -> "Tensor":
+        return self._binary(lib.enkai_tensor_add, o, reflected=True)
 
-    def __radd__(self, o):
-        return _as_tensor(o, self) + self
+    def __rsub__(self, o: Any) -> "Tensor":
+        return self._binary(lib.enkai_tensor_sub, o, reflected=True)
 
-    def __rsub__(self, o):
-        return _as_tensor(o, self) - self
+    def __rmul__(self, o: Any) -> "Tensor":
+        return self._binary(lib.enkai_tensor_mul, o, reflected=True)
 
-    def __rmul__(self, o):
-        return _as_tensor(o, self) * self
+    def __rtruediv__(self, o: Any) -> "Tensor":
+        return self._binary(lib.enkai_tensor_div, o, reflected=True)
 
-    def __rtruediv__(self, o):
-        return _as_tensor(o, self) / self
+    def __neg__(self) -> "Tensor":
+        if self.dtype == "bool":
+            raise TypeError("negation, the `-` operator, on a bool tensor is not supported (as in torch)")
+        return self * -1
+
+    def __pos__(self) -> "Tensor":
+        return self
+
+    def __matmul__(self, o: Any) -> "Tensor":
+        if not isinstance(o, Tensor):
+            return NotImplemented
+        return _wrap(lib.enkai_tensor_matmul(self.handle, o.handle))
+
+    # No comparison operators: the C ABI has no comparison ops. `==` is
+    # Python's identity (so tensors can be dict keys); `<` raises TypeError.
 
     def reshape(self, *shape):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape
-        return Tensor(lib.enkai_tensor_reshape(self.handle, _shape_json(shape)))
+        return _wrap(lib.enkai_tensor_reshape(self.handle, _shape_json(shape)))
 
     def view(self, *shape):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape
-        return Tensor(lib.enkai_tensor_view(self.handle, _shape_json(shape)))
+        return _wrap(lib.enkai_tensor_view(self.handle, _shape_json(shape)))
 
     def transpose(self, d0, d1):
-        return Tensor(lib.enkai_tensor_transpose(self.handle, d0, d1))
+        return _wrap(lib.enkai_tensor_transpose(self.handle, d0, d1))
 
     def slice(self, dim, start, end, step=1):
-        return Tensor(lib.enkai_tensor_slice(self.handle, dim, start, end, step))
+        return _wrap(lib.enkai_tensor_slice(self.handle, dim, start, end, step))
 
     def sum(self, dim=-1, keepdim=False):
         """Sum over `dim`, or over everything when `dim` is negative (the C ABI's rule)."""
-        return Tensor(lib.enkai_tensor_sum(self.handle, dim, int(keepdim)))
+        return _wrap(lib.enkai_tensor_sum(self.handle, dim, int(keepdim)))
 
     def mean(self, dim=-1, keepdim=False):
-        return Tensor(lib.enkai_tensor_mean(self.handle, dim, int(keepdim)))
+        return _wrap(lib.enkai_tensor_mean(self.handle, dim, int(keepdim)))
 
     def softmax(self, dim):
-        return Tensor(lib.enkai_tensor_softmax(self.handle, dim))
+        return _wrap(lib.enkai_tensor_softmax(self.handle, dim))
 
     def relu(self):
-        return Tensor(lib.enkai_tensor_relu(self.handle))
+        return _wrap(lib.enkai_tensor_relu(self.handle))
 
     def sigmoid(self):
-        return Tensor(lib.enkai_tensor_sigmoid(self.handle))
+        return _wrap(lib.enkai_tensor_sigmoid(self.handle))
 
     def tanh(self):
-        return Tensor(lib.enkai_tensor_tanh(self.handle))
+        return _wrap(lib.enkai_tensor_tanh(self.handle))
 
     def gelu(self):
-        return Tensor(lib.enkai_tensor_gelu(self.handle))
+        return _wrap(lib.enkai_tensor_gelu(self.handle))
 
     def detach(self):
-        return Tensor(lib.enkai_tensor_detach(self.handle))
+        return _wrap(lib.enkai_tensor_detach(self.handle))
 
     def to_dtype(self, dtype):
-        return Tensor(lib.enkai_tensor_to_dtype(self.handle, _enc(dtype)))
+        return _wrap(lib.enkai_tensor_to_dtype(self.handle, _enc(dtype)))
 
-    def to_device(self, dev):
-        dev = dev if isinstance(dev, Device) else device(dev)
-        return Tensor(lib.enkai_tensor_to_device(self.handle, dev.handle))
+    def to_device(self, dev: DeviceLike) -> "Tensor":
+        return _wrap(lib.enkai_tensor_to_device(self.handle, _dev(dev).handle))
 
     # autograd
     def require_grad(self):
@@ -280,43 +516,65 @@ class Tensor:
             if lib.enkai_tensor_last_error_code() != 0:
                 _raise()
             return None
-        return Tensor(h)
+        return _wrap(h)
 
     def zero_grad(self):
         _check_status(lib.enkai_tensor_zero_grad(self.handle))
 
 
-def _as_tensor(o, like):
+def _as_tensor(o: Any, like: "Tensor") -> "Tensor":
+    """A Python scalar as the 0-dim tensor torch's promotion gives it: it keeps
+    the other side's dtype unless it is of a higher kind (a float against an
+    integer or bool tensor gives fp32, an int against a bool tensor int64)."""
     if isinstance(o, Tensor):
         return o
-    return full([], float(o), like.dtype)
+    dt = like.dtype
+    if isinstance(o, bool):
+        pass
+    elif isinstance(o, int):
+        dt = "int64" if dt == "bool" else dt
+    elif isinstance(o, float):
+        dt = dt if dt in _FLOATING else "fp32"
+    else:
+        return NotImplemented
+    return full([], float(o), dt, like.device)
 
 
-def _dev(dev):
+_devices = {}
+
+
+def _dev(dev: DeviceLike) -> "Device":
+    """The device `dev` names. Named ones are kept for the process: callers
+    pass `_dev(dev).handle` straight into C, so the Device must outlive the
+    expression."""
     if dev is None:
         return device()
-    return dev if isinstance(dev, Device) else Device(dev)
+    if isinstance(dev, Device):
+        return dev
+    if dev not in _devices:
+        _devices[dev] = Device(dev)
+    return _devices[dev]
 
 
 def randn(shape, dtype="fp32", dev=None):
-    return Tensor(lib.enkai_tensor_randn(_shape_json(shape), _enc(dtype), _dev(dev).handle))
+    return _wrap(lib.enkai_tensor_randn(_shape_json(shape), _enc(dtype), _dev(dev).handle))
 
 
 def zeros(shape, dtype="fp32", dev=None):
-    return Tensor(lib.enkai_tensor_zeros(_shape_json(shape), _enc(dtype), _dev(dev).handle))
+    return _wrap(lib.enkai_tensor_zeros(_shape_json(shape), _enc(dtype), _dev(dev).handle))
 
 
 def ones(shape, dtype="fp32", dev=None):
-    return Tensor(lib.enkai_tensor_ones(_shape_json(shape), _enc(dtype), _dev(dev).handle))
+    return _wrap(lib.enkai_tensor_ones(_shape_json(shape), _enc(dtype), _dev(dev).handle))
 
 
 def full(shape, value, dtype="fp32", dev=None):
-    return Tensor(lib.enkai_tensor_full(_shape_json(shape), float(value), _enc(dtype), _dev(dev).handle))
+    return _wrap(lib.enkai_tensor_full(_shape_json(shape), float(value), _enc(dtype), _dev(dev).handle))
 
 
 def from_bytes(data, shape, dtype, dev=None):
     data = bytes(data)
-    return Tensor(lib.enkai_tensor_from_data(data, len(data), _shape_json(shape), _enc(dtype), _dev(dev).handle))
+    return _wrap(lib.enkai_tensor_from_data(data, len(data), _shape_json(shape), _enc(dtype), _dev(dev).handle))
 
 
 def from_numpy(a, dev=None):
@@ -329,9 +587,22 @@ def from_numpy(a, dev=None):
     return from_bytes(a.tobytes(), a.shape, names[a.dtype.name], dev)
 
 
+def tensor(data: Any, dtype: Optional[str] = None, dev: DeviceLike = None) -> Tensor:
+    """`torch.tensor`: a new tensor holding a copy of `data` (see `Tensor`)."""
+    return Tensor(data, dtype, dev)
+
+
+def from_dlpack(obj: Any) -> Tensor:
+    """Wraps another framework's tensor (anything with `__dlpack__`, or a
+    DLPack 1.x capsule) without copying; its memory is released through its
+    producer when the last tensor using it is freed. Read-only arrays are
+    copied."""
+    return _wrap(_dlpack.import_capsule(_dlpack.capsule_of(obj)))
+
+
 def ids_u32(ids, batch, seq, dev=None):
     arr = (ctypes.c_uint32 * len(ids))(*ids)
-    return Tensor(lib.enkai_tensor_ids_u32(arr, len(ids), batch, seq, _dev(dev).handle))
+    return _wrap(lib.enkai_tensor_ids_u32(arr, len(ids), batch, seq, _dev(dev).handle))
 
 
 def manual_seed(seed):
@@ -361,7 +632,7 @@ def matmul(a, b):
 
 
 def concat(ts, dim=0):
-    return Tensor(lib.enkai_tensor_concat(_handles_json(ts), dim))
+    return _wrap(lib.enkai_tensor_concat(_handles_json(ts), dim))
 
 
 def softmax(x, dim):
@@ -369,42 +640,42 @@ def softmax(x, dim):
 
 
 def masked_softmax(x, mask, dim, mask_type=2):
-    return Tensor(lib.enkai_tensor_masked_softmax(x.handle, mask.handle, dim, mask_type))
+    return _wrap(lib.enkai_tensor_masked_softmax(x.handle, mask.handle, dim, mask_type))
 
 
 def masked_softmax_backward(grad_out, out, mask, dim):
-    return Tensor(lib.enkai_tensor_masked_softmax_backward(grad_out.handle, out.handle, mask.handle, dim))
+    return _wrap(lib.enkai_tensor_masked_softmax_backward(grad_out.handle, out.handle, mask.handle, dim))
 
 
 def dropout(x, p, train=True):
-    return Tensor(lib.enkai_tensor_dropout(x.handle, p, int(train)))
+    return _wrap(lib.enkai_tensor_dropout(x.handle, p, int(train)))
 
 
 def layernorm(x, w, b=None, eps=1e-5):
-    return Tensor(lib.enkai_tensor_layernorm(x.handle, w.handle, b.handle if b else 0, eps))
+    return _wrap(lib.enkai_tensor_layernorm(x.handle, w.handle, b.handle if b is not None else 0, eps))
 
 
 def layernorm_backward(x, w, b, eps, grad_out):
     hs = json.loads(_slice_text(lib.enkai_tensor_layernorm_backward(
-        x.handle, w.handle, b.handle if b else 0, eps, grad_out.handle)))
-    return [Tensor(h) if h else None for h in hs]
+        x.handle, w.handle, b.handle if b is not None else 0, eps, grad_out.handle)))
+    return [_wrap(h) if h else None for h in hs]
 
 
 def embedding(w, ids):
-    return Tensor(lib.enkai_tensor_embedding(w.handle, ids.handle))
+    return _wrap(lib.enkai_tensor_embedding(w.handle, ids.handle))
 
 
 def linear(x, w, b=None):
-    return Tensor(lib.enkai_tensor_linear(x.handle, w.handle, b.handle if b else 0))
+    return _wrap(lib.enkai_tensor_linear(x.handle, w.handle, b.handle if b is not None else 0))
 
 
 def cross_entropy(logits, targets):
-    return Tensor(lib.enkai_tensor_cross_entropy(logits.handle, targets.handle))
+    return _wrap(lib.enkai_tensor_cross_entropy(logits.handle, targets.handle))
 
 
 def grad_multi(params):
     hs = json.loads(_out_string(lib.enkai_tensor_grad_multi, _handles_json(params)))
-    return [Tensor(h) if h else None for h in hs]
+    return [_wrap(h) if h else None for h in hs]
 
 
 def zero_grad_multi(params):
@@ -487,7 +758,7 @@ class GradScaler:
                                                                 growth_interval))
 
     def scale(self, loss):
-        return Tensor(lib.enkai_amp_scale_loss(loss.handle, self.handle))
+        return _wrap(lib.enkai_amp_scale_loss(loss.handle, self.handle))
 
     def unscale_(self, grads):
         found = ctypes.c_int()
@@ -542,29 +813,29 @@ def _u32(seq):
 def tinylm_init(vocab, seq, d_model, n_layers, n_heads, dev=None, seed=0):
     hs = json.loads(_out_string(lib.enkai_tensor_tinylm_init, vocab, seq, d_model, n_layers, n_heads,
                                 _dev(dev).handle, seed))
-    return [Tensor(h) for h in hs]
+    return [_wrap(h) for h in hs]
 
 
 def forward_tinylm(params, inputs, targets, batch, seq, n_heads):
-    return Tensor(lib.enkai_tensor_forward_tinylm(_handles_json(params), _u32(inputs), len(inputs), _u32(targets),
+    return _wrap(lib.enkai_tensor_forward_tinylm(_handles_json(params), _u32(inputs), len(inputs), _u32(targets),
                                                   len(targets), batch, seq, n_heads))
 
 
 def lm_init(spec, dev=None, seed=0):
     spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
     hs = json.loads(_out_string(lib.enkai_tensor_lm_init, _enc(spec), _dev(dev).handle, seed))
-    return [Tensor(h) for h in hs]
+    return [_wrap(h) for h in hs]
 
 
 def forward_lm(params, spec, inputs, targets, batch, seq, training=False):
     spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
-    return Tensor(lib.enkai_tensor_forward_lm(_handles_json(params), _enc(spec), _u32(inputs), len(inputs),
+    return _wrap(lib.enkai_tensor_forward_lm(_handles_json(params), _enc(spec), _u32(inputs), len(inputs),
                                               _u32(targets), len(targets), batch, seq, int(training)))
 
 
 def lm_logits(params, spec, inputs, batch, seq):
     spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
-    return Tensor(lib.enkai_tensor_lm_logits(_handles_json(params), _enc(spec), _u32(inputs), len(inputs), batch, seq))
+    return _wrap(lib.enkai_tensor_lm_logits(_handles_json(params), _enc(spec), _u32(inputs), len(inputs), batch, seq))
 
 
 def _path(p):
@@ -589,7 +860,7 @@ def _load_outputs(fn, *args):
     finally:
         lib.enkai_tensor_string_free(p)
         lib.enkai_tensor_string_free(m)
-    return [Tensor(h) for h in hs], (AdamW.adopt(o.value) if o.value else None), meta
+    return [_wrap(h) for h in hs], (AdamW.adopt(o.value) if o.value else None), meta
 
 
 def checkpoint_load(dir):

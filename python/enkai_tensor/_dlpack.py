@@ -18,6 +18,8 @@ _VERSIONED = ctypes.create_string_buffer(VERSIONED)
 _USED = ctypes.create_string_buffer(USED)
 
 KDL_CPU, KDL_CUDA = 1, 2
+# The DLPack major version the library speaks (DLManagedTensorVersioned).
+MAJOR = 1
 
 
 class DLPackVersion(ctypes.Structure):

@@ -7,7 +7,7 @@
     dist.shutdown()
 """
 
-from . import Tensor, _check_handle, _check_status, _enc, _handles_json
+from . import _wrap, _check_handle, _check_status, _enc, _handles_json
 from ._lib import lib
 
 __all__ = ["init", "shutdown", "rank", "world_size", "barrier", "all_reduce", "broadcast", "all_gather",
@@ -64,7 +64,7 @@ def broadcast(tensors, root=0):
 
 def all_gather(t):
     """A new tensor [world, *t.shape] whose row r is rank r's t."""
-    return Tensor(_check_handle(lib.enkai_dist_all_gather(t.handle)))
+    return _wrap(lib.enkai_dist_all_gather(t.handle))
 
 
 def allreduce_grads(params, bucket_mb=0.0):

@@ -34,10 +34,10 @@ CASES = [
     ("E_SHAPE", lambda: et.cross_entropy(A(), et.zeros([5], "int64")), "do not fit"),
     ("E_DTYPE", lambda: et.cross_entropy(A(), et.zeros([2], "int32")), "targets must be int64"),
     ("E_INVALID_ARG", lambda: A().to_dtype("float"), "unknown dtype"),
-    ("E_HANDLE_KIND", lambda: et.Tensor(lib.enkai_tensor_relu(et.device().handle)), "device handle"),
-    ("E_HANDLE_INVALID", lambda: et.Tensor(lib.enkai_tensor_relu(12345)), "12345 is not a tensor handle"),
-    ("E_INVALID_ARG", lambda: et.Tensor(lib.enkai_tensor_concat(b"[1,2.5]", 0)), "not an integer: 2.5"),
-    ("E_NULL_POINTER", lambda: et.Tensor(lib.enkai_tensor_reshape(A().handle, None)), "shape is NULL"),
+    ("E_HANDLE_KIND", lambda: et.Tensor._from_handle(lib.enkai_tensor_relu(et.device().handle)), "device handle"),
+    ("E_HANDLE_INVALID", lambda: et.Tensor._from_handle(lib.enkai_tensor_relu(12345)), "12345 is not a tensor handle"),
+    ("E_INVALID_ARG", lambda: et.Tensor._from_handle(lib.enkai_tensor_concat(b"[1,2.5]", 0)), "not an integer: 2.5"),
+    ("E_NULL_POINTER", lambda: et.Tensor._from_handle(lib.enkai_tensor_reshape(A().handle, None)), "shape is NULL"),
 ]
 
 
@@ -63,7 +63,7 @@ def test_stale_handle_after_free():
     h = t.handle
     t.free()
     with pytest.raises(et.EnkaiError) as ex:
-        et.Tensor(lib.enkai_tensor_relu(h))
+        et.Tensor._from_handle(lib.enkai_tensor_relu(h))
     assert ex.value.code == "E_HANDLE_STALE"
 
 
@@ -117,11 +117,11 @@ def test_abi_version_clears_the_last_error():
 def test_only_json_whitespace_is_whitespace(shape):
     before = et.live()["tensors"]
     with pytest.raises(et.EnkaiError) as ex:
-        et.Tensor(lib.enkai_tensor_zeros(shape.encode(), b"fp32", et.device().handle))
+        et.Tensor._from_handle(lib.enkai_tensor_zeros(shape.encode(), b"fp32", et.device().handle))
     assert ex.value.code == "E_INVALID_ARG"
     assert et.live()["tensors"] == before
     et.zeros([2, 3])  # and JSON's own whitespace is fine:
-    assert et.Tensor(lib.enkai_tensor_zeros(b" [ 2 ,\t3\n]\r", b"fp32", et.device().handle)).shape == (2, 3)
+    assert et.Tensor._from_handle(lib.enkai_tensor_zeros(b" [ 2 ,\t3\n]\r", b"fp32", et.device().handle)).shape == (2, 3)
 
 
 def test_masked_softmax_of_an_empty_dimension_is_an_empty_result_not_a_kill():
@@ -233,7 +233,7 @@ def test_tensor_rank_and_checkpoint_headers_are_bounded(tmp_path):
     before = et.live()["tensors"]
     for text in [json_dims(65), json_dims(100000)]:
         with pytest.raises(et.EnkaiError) as ex:
-            et.Tensor(lib.enkai_tensor_zeros(text.encode(), b"fp32", et.device().handle))
+            et.Tensor._from_handle(lib.enkai_tensor_zeros(text.encode(), b"fp32", et.device().handle))
         assert ex.value.code == "E_INVALID_ARG" and "limit of 64" in str(ex.value) and len(str(ex.value)) < 200
     x = et.zeros([1] * 64)  # the limit itself is fine
     with pytest.raises(et.EnkaiError) as ex:
