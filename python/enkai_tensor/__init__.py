@@ -183,7 +183,7 @@ def _index(t: "Tensor", index: Any) -> "Tensor":
     items = list(index) if isinstance(index, tuple) else [index]
     for it in items:
         if not (it is Ellipsis or isinstance(it, slice) or _is_int(it)):
-            raise TypeError(f"only integers, slices and ... index a Tensor, not {type(it).__name__}")
+            raise IndexError(f"only integers, slices and ... index a Tensor, not {type(it).__name__}")
     if items.count(Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     shape = list(t.shape)
@@ -438,7 +438,10 @@ class Tensor:
         return self._binary(lib.enkai_tensor_mul, o, reflected=True)
 
     def __rtruediv__(self, o: Any) -> "Tensor":
-        return self._binary(lib.enkai_tensor_div, o, reflected=True)
+        if isinstance(o, Tensor):
+            return self._binary(lib.enkai_tensor_div, o, reflected=True)
+        # torch computes `scalar / t` as `t.reciprocal() * scalar` (Tensor.__rtruediv__)
+        return self._binary(lib.enkai_tensor_div, 1.0, reflected=True) * o
 
     def __neg__(self) -> "Tensor":
         if self.dtype == "bool":
@@ -530,7 +533,7 @@ def _as_tensor(o: Any, like: "Tensor") -> "Tensor":
         return o
     dt = like.dtype
     if isinstance(o, bool):
-        pass
+        dt = "bool"  # lowest kind: never promotes, and `-` refuses it as torch does
     elif isinstance(o, int):
         dt = "int64" if dt == "bool" else dt
     elif isinstance(o, float):
