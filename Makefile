@@ -17,15 +17,21 @@ CFLAGS := -std=c11 -O1 -g -Wall -Wextra -Werror -Iinclude
 LDLIBS := -Ltarget/release -lenkai_tensor -Wl,-rpath,$(CURDIR)/target/release -lpthread -lm
 VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
             --show-leak-kinds=definite --suppressions=capi-tests/valgrind.supp
-CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_*.c))
+CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_*.c)) \
+              $(patsubst capi-tests/%.cpp,build/capi/%,$(wildcard capi-tests/test_*.cpp))
+CXX ?= g++
+CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -pedantic -Iinclude
 
-.PHONY: demo quickstart test build header install rust-test nofeature-test python-test capi-test sanitize-test fuzz bench clean
+.PHONY: demo quickstart example-cpp test build header install rust-test nofeature-test python-test capi-test sanitize-test fuzz bench clean
 
 demo: build build/examples/train_tinylm
 	build/examples/train_tinylm
 
 quickstart: build build/examples/quickstart
 	build/examples/quickstart
+
+example-cpp: build build/examples/train_mlp
+	build/examples/train_mlp
 
 # Ends with the C suites' "name: N passed, N failed" lines.
 test: build rust-test nofeature-test python-test capi-test sanitize-test
@@ -69,6 +75,15 @@ build/examples/%: examples-c/%.c include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
+# The C++ header's test and example: C++17 over the same C library.
+build/capi/%: capi-tests/%.cpp include/enkai_tensor.hpp include/enkai_tensor.h $(LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+build/examples/%: examples-cpp/%.cpp include/enkai_tensor.hpp include/enkai_tensor.h $(LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
 # Then, natively: the hostile-call fuzzer (a bounded, seeded run; `make fuzz`
 # runs a long one with a fresh seed) and the 8-thread stress test.
 FUZZ_CALLS ?= 200000
@@ -100,6 +115,10 @@ build/asan/test_client_%: capi-tests/test_client_%.c $(LIB)
 build/asan/%: capi-tests/%.c capi-tests/check.h capi-tests/dlpack_min.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SANITIZE) -Icapi-tests $< -o $@ $(LDLIBS)
+
+build/asan/%: capi-tests/%.cpp include/enkai_tensor.hpp include/enkai_tensor.h $(LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) $(SANITIZE) $< -o $@ $(LDLIBS)
 
 fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000

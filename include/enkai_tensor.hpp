@@ -1,0 +1,506 @@
+/*
+ * enkai_tensor.hpp — a header-only C++17 API over the C ABI of enkai_tensor.h,
+ * in the style of ONNX Runtime's C++ API: RAII handle classes (copy = retain,
+ * move = take over, destructor = free), errors as exceptions carrying the
+ * numeric code, operators, spans for data in and out, and an autocast scope
+ * guard. Nothing of C++ crosses the library boundary: every member is an
+ * inline call of the C functions, and the .so stays a C library.
+ *
+ *   enkai::Device cpu("cpu");
+ *   auto x = enkai::Tensor::randn({2, 3}, "fp32", cpu).require_grad();
+ *   auto y = enkai::matmul(x, enkai::Tensor::ones({3, 2}, "fp32", cpu)).relu().sum();
+ *   y.backward();
+ *   std::vector<float> g = x.grad().to_vector<float>();
+ */
+#ifndef ENKAI_TENSOR_HPP
+#define ENKAI_TENSOR_HPP
+
+#include "enkai_tensor.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#if __cplusplus >= 202002L
+#include <span>
+#endif
+
+namespace enkai {
+
+/// A failed call: `code()` is the EnkaiErrorCode, `what()` the library's
+/// "E_CODE: detail" message.
+class Error : public std::runtime_error {
+ public:
+  Error(EnkaiErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  EnkaiErrorCode code() const noexcept { return code_; }
+
+ private:
+  EnkaiErrorCode code_;
+};
+
+#if __cplusplus >= 202002L
+template <class T>
+using span = std::span<T>;
+#else
+/// A view of contiguous elements (std::span before C++20): from a pointer and
+/// a count, a C array, or any container with data() and size().
+template <class T>
+class span {
+ public:
+  constexpr span() noexcept = default;
+  constexpr span(T* data, std::size_t size) noexcept : data_(data), size_(size) {}
+  template <std::size_t N>
+  constexpr span(T (&a)[N]) noexcept : data_(a), size_(N) {}
+  template <class C, class = std::enable_if_t<std::is_convertible_v<decltype(std::declval<C&>().data()), T*>>>
+  constexpr span(C&& c) noexcept : data_(c.data()), size_(c.size()) {}
+  constexpr T* data() const noexcept { return data_; }
+  constexpr std::size_t size() const noexcept { return size_; }
+  constexpr std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  constexpr T* begin() const noexcept { return data_; }
+  constexpr T* end() const noexcept { return data_ + size_; }
+  constexpr T& operator[](std::size_t i) const noexcept { return data_[i]; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+#endif
+
+using Shape = std::vector<int64_t>;
+
+namespace detail {
+
+[[noreturn]] inline void throw_last_error() {
+  const char* m = enkai_tensor_last_error();
+  throw Error(static_cast<EnkaiErrorCode>(enkai_tensor_last_error_code()),
+              m ? m : "E_INTERNAL: failed without an error message");
+}
+
+// The C ABI's three sentinels: handle 0, status 1, NaN with an error set.
+inline int64_t check(int64_t handle) {
+  if (handle == 0) throw_last_error();
+  return handle;
+}
+inline void check_status(int rc) {
+  if (rc != 0) throw_last_error();
+}
+inline double check_value(double v) {
+  if (std::isnan(v) && enkai_tensor_last_error_code() != 0) throw_last_error();
+  return v;
+}
+
+// A string the library malloc'ed, taken into a std::string and freed.
+template <class F>
+std::string out_string(F f) {
+  char* p = nullptr;
+  std::size_t n = 0;
+  check_status(f(&p, &n));
+  std::string s(p, n);
+  enkai_tensor_string_free(p);
+  return s;
+}
+
+inline std::string int_list(const int64_t* v, std::size_t n) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < n; i++) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+inline std::vector<int64_t> parse_int_list(const char* s, std::size_t n) {
+  std::vector<int64_t> out;
+  std::size_t i = 0;
+  while (i < n) {
+    if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
+      char* end = nullptr;
+      std::string num(s + i, n - i);
+      out.push_back(std::strtoll(num.c_str(), &end, 10));
+      i += static_cast<std::size_t>(end - num.c_str());
+    } else {
+      i++;
+    }
+  }
+  return out;
+}
+
+// copy = retain, move = take over, destructor = free (errors ignored there).
+template <int (*Retain)(int64_t), int (*Free)(int64_t)>
+class Handle {
+ public:
+  Handle() noexcept = default;
+  Handle(const Handle& o) : h_(o.h_) {
+    if (h_) check_status(Retain(h_));
+  }
+  Handle(Handle&& o) noexcept : h_(std::exchange(o.h_, 0)) {}
+  Handle& operator=(const Handle& o) {
+    if (this != &o) {
+      Handle copy(o);
+      std::swap(h_, copy.h_);
+    }
+    return *this;
+  }
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, 0);
+    }
+    return *this;
+  }
+  ~Handle() { reset(); }
+
+  /// The C handle, still owned by this object.
+  int64_t handle() const noexcept { return h_; }
+  /// Gives the reference up to the caller (who must free it); leaves this empty.
+  int64_t release() noexcept { return std::exchange(h_, 0); }
+  /// Frees the reference now; leaves this empty.
+  void reset() noexcept {
+    if (h_) Free(std::exchange(h_, 0));
+  }
+  explicit operator bool() const noexcept { return h_ != 0; }
+
+ protected:
+  explicit Handle(int64_t h) noexcept : h_(h) {}
+  int64_t h_ = 0;
+};
+
+template <class T>
+constexpr const char* dtype_name() {
+  if constexpr (std::is_same_v<T, float>) return "fp32";
+  else if constexpr (std::is_same_v<T, double>) return "fp64";
+  else if constexpr (std::is_same_v<T, int64_t>) return "int64";
+  else if constexpr (std::is_same_v<T, int32_t>) return "int32";
+  else if constexpr (std::is_same_v<T, uint8_t>) return "uint8";
+  else if constexpr (std::is_same_v<T, bool>) return "bool";
+  else static_assert(!sizeof(T), "no enkai dtype for this element type (bf16/fp16 go through to_dtype)");
+}
+
+}  // namespace detail
+
+/// A device handle: `cpu`, `cuda`, `cuda:N`, `auto`.
+class Device : public detail::Handle<enkai_tensor_device_retain, enkai_tensor_device_free> {
+ public:
+  Device() noexcept = default;
+  explicit Device(const std::string& spec) : Handle(detail::check(enkai_tensor_device(spec.c_str()))) {}
+  /// Takes over a device handle a C function returned (0 throws its error).
+  static Device adopt(int64_t h) { return Device(detail::check(h), 0); }
+
+ private:
+  Device(int64_t h, int) noexcept : Handle(h) {}
+};
+
+class Tensor;
+using Tensors = std::vector<Tensor>;
+
+namespace detail {
+inline std::string handle_list(const Tensors& ts);
+}
+
+/// A tensor handle. Every operation returns a new Tensor owning its result;
+/// failures throw enkai::Error.
+class Tensor : public detail::Handle<enkai_tensor_retain, enkai_tensor_free> {
+ public:
+  Tensor() noexcept = default;
+  /// Takes over a tensor handle a C function returned (0 throws its error).
+  static Tensor adopt(int64_t h) { return Tensor(detail::check(h), 0); }
+  /// A new reference to a handle someone else keeps (retained).
+  static Tensor borrow(int64_t h) {
+    detail::check_status(enkai_tensor_retain(h));
+    return Tensor(h, 0);
+  }
+
+  static Tensor randn(const Shape& s, const std::string& dtype, const Device& d) {
+    return adopt(enkai_tensor_randn(shape_json(s).c_str(), dtype.c_str(), d.handle()));
+  }
+  static Tensor zeros(const Shape& s, const std::string& dtype, const Device& d) {
+    return adopt(enkai_tensor_zeros(shape_json(s).c_str(), dtype.c_str(), d.handle()));
+  }
+  static Tensor ones(const Shape& s, const std::string& dtype, const Device& d) {
+    return adopt(enkai_tensor_ones(shape_json(s).c_str(), dtype.c_str(), d.handle()));
+  }
+  static Tensor full(const Shape& s, double value, const std::string& dtype, const Device& d) {
+    return adopt(enkai_tensor_full(shape_json(s).c_str(), value, dtype.c_str(), d.handle()));
+  }
+  /// A copy of `data` (row-major) with the element type's dtype.
+  template <class T>
+  static Tensor from_data(span<const T> data, const Shape& s, const Device& d) {
+    return adopt(enkai_tensor_from_data(data.data(), data.size_bytes(), shape_json(s).c_str(),
+                                        detail::dtype_name<T>(), d.handle()));
+  }
+  template <class T>
+  static Tensor from_data(const std::vector<T>& data, const Shape& s, const Device& d) {
+    return from_data(span<const T>(data.data(), data.size()), s, d);
+  }
+  /// Token ids as an int64 [batch, seq] tensor.
+  static Tensor ids(span<const uint32_t> ids, int64_t batch, int64_t seq, const Device& d) {
+    return adopt(enkai_tensor_ids_u32(ids.data(), ids.size(), batch, seq, d.handle()));
+  }
+
+  Shape shape() const {
+    EnkaiSlice s = enkai_tensor_shape(h_);
+    if (!s.ptr) detail::throw_last_error();
+    Shape out = detail::parse_int_list(reinterpret_cast<const char*>(s.ptr), s.len);
+    enkai_free(s.ptr, s.len);
+    return out;
+  }
+  std::string dtype() const {
+    return detail::out_string([&](char** p, std::size_t* n) { return enkai_tensor_dtype(h_, p, n); });
+  }
+  std::string device_name() const {
+    return detail::out_string([&](char** p, std::size_t* n) { return enkai_tensor_device_name(h_, p, n); });
+  }
+  int64_t numel() const {
+    int64_t n = enkai_tensor_numel(h_);
+    if (n < 0) detail::throw_last_error();
+    return n;
+  }
+  double item() const { return detail::check_value(enkai_tensor_item(h_)); }
+  /// Copies the elements out; `out` must hold exactly numel() of the tensor's dtype.
+  template <class T>
+  void copy_to(span<T> out) const {
+    static_assert(!std::is_const_v<T>, "copy_to writes into the span");
+    detail::check_status(enkai_tensor_copy_to(h_, out.data(), out.size_bytes()));
+  }
+  template <class T>
+  std::vector<T> to_vector() const {
+    std::vector<T> v(static_cast<std::size_t>(numel()));
+    copy_to(span<T>(v.data(), v.size()));
+    return v;
+  }
+
+  Tensor reshape(const Shape& s) const { return adopt(enkai_tensor_reshape(h_, shape_json(s).c_str())); }
+  Tensor view(const Shape& s) const { return adopt(enkai_tensor_view(h_, shape_json(s).c_str())); }
+  Tensor transpose(int64_t d0, int64_t d1) const { return adopt(enkai_tensor_transpose(h_, d0, d1)); }
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const {
+    return adopt(enkai_tensor_slice(h_, dim, start, end, step));
+  }
+  /// Sum over `dim`, or over everything when `dim` is negative (the C ABI's rule).
+  Tensor sum(int64_t dim = -1, bool keepdim = false) const { return adopt(enkai_tensor_sum(h_, dim, keepdim)); }
+  Tensor mean(int64_t dim = -1, bool keepdim = false) const { return adopt(enkai_tensor_mean(h_, dim, keepdim)); }
+  Tensor softmax(int64_t dim) const { return adopt(enkai_tensor_softmax(h_, dim)); }
+  Tensor relu() const { return adopt(enkai_tensor_relu(h_)); }
+  Tensor sigmoid() const { return adopt(enkai_tensor_sigmoid(h_)); }
+  Tensor tanh() const { return adopt(enkai_tensor_tanh(h_)); }
+  Tensor gelu() const { return adopt(enkai_tensor_gelu(h_)); }
+  Tensor dropout(double p, bool train = true) const { return adopt(enkai_tensor_dropout(h_, p, train)); }
+  Tensor detach() const { return adopt(enkai_tensor_detach(h_)); }
+  Tensor to_dtype(const std::string& dtype) const { return adopt(enkai_tensor_to_dtype(h_, dtype.c_str())); }
+  Tensor to_device(const Device& d) const { return adopt(enkai_tensor_to_device(h_, d.handle())); }
+
+  /// Marks a leaf as requiring grad; returns *this for chaining.
+  Tensor& require_grad() & {
+    detail::check(enkai_tensor_require_grad(h_));
+    return *this;
+  }
+  Tensor&& require_grad() && { return std::move(require_grad()); }
+  void backward() const { detail::check_status(enkai_tensor_backward(h_)); }
+  /// The gradient (sharing storage with it), or an empty Tensor when there is none.
+  Tensor grad() const {
+    int64_t g = enkai_tensor_grad(h_);
+    if (g == 0 && enkai_tensor_last_error_code() != 0) detail::throw_last_error();
+    return Tensor(g, 0);
+  }
+  void zero_grad() const { detail::check_status(enkai_tensor_zero_grad(h_)); }
+
+  /// A 0-dim tensor holding `v` as torch promotes a Python scalar against
+  /// this tensor: its dtype, unless `v` is of a higher kind.
+  template <class S, class = std::enable_if_t<std::is_arithmetic_v<S>>>
+  Tensor scalar_like(S v) const {
+    std::string dt = dtype();
+    const bool floating = dt == "fp32" || dt == "fp64" || dt == "bf16" || dt == "fp16";
+    if constexpr (std::is_same_v<S, bool>) dt = "bool";
+    else if constexpr (std::is_floating_point_v<S>) dt = floating ? dt : "fp32";
+    else if (dt == "bool") dt = "int64";
+    return full({}, static_cast<double>(v), dt, Device(device_name()));
+  }
+
+ private:
+  Tensor(int64_t h, int) noexcept : Handle(h) {}
+  static std::string shape_json(const Shape& s) { return detail::int_list(s.data(), s.size()); }
+};
+
+namespace detail {
+inline std::string handle_list(const Tensors& ts) {
+  std::vector<int64_t> hs;
+  hs.reserve(ts.size());
+  for (const Tensor& t : ts) hs.push_back(t.handle());
+  return int_list(hs.data(), hs.size());
+}
+
+// The grads of `params` (sharing their storage) as a JSON handle list, 0 for
+// a param without one; `keep` owns them for the caller's call.
+inline std::string grad_list(const Tensors& params, Tensors& keep) {
+  std::string list = out_string([&](char** p, std::size_t* n) {
+    return enkai_tensor_grad_multi(handle_list(params).c_str(), p, n);
+  });
+  std::vector<int64_t> hs = parse_int_list(list.data(), list.size());
+  for (int64_t h : hs)
+    if (h) keep.push_back(Tensor::adopt(h));
+  return list;
+}
+}  // namespace detail
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return Tensor::adopt(enkai_tensor_add(a.handle(), b.handle())); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return Tensor::adopt(enkai_tensor_sub(a.handle(), b.handle())); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return Tensor::adopt(enkai_tensor_mul(a.handle(), b.handle())); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return Tensor::adopt(enkai_tensor_div(a.handle(), b.handle())); }
+
+#define ENKAI_SCALAR_OPERATOR(op)                                                   \
+  template <class S, class = std::enable_if_t<std::is_arithmetic_v<S>>>          \
+  Tensor operator op(const Tensor& a, S s) { return a op a.scalar_like(s); }      \
+  template <class S, class = std::enable_if_t<std::is_arithmetic_v<S>>>          \
+  Tensor operator op(S s, const Tensor& a) { return a.scalar_like(s) op a; }
+ENKAI_SCALAR_OPERATOR(+)
+ENKAI_SCALAR_OPERATOR(-)
+ENKAI_SCALAR_OPERATOR(*)
+ENKAI_SCALAR_OPERATOR(/)
+#undef ENKAI_SCALAR_OPERATOR
+
+inline Tensor operator-(const Tensor& a) { return a * int64_t{-1}; }
+
+/// Matrix product (`*` is elementwise, as in torch).
+inline Tensor matmul(const Tensor& a, const Tensor& b) { return Tensor::adopt(enkai_tensor_matmul(a.handle(), b.handle())); }
+inline Tensor concat(const Tensors& ts, int64_t dim) {
+  return Tensor::adopt(enkai_tensor_concat(detail::handle_list(ts).c_str(), dim));
+}
+inline Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim, int64_t mask_type = 2) {
+  return Tensor::adopt(enkai_tensor_masked_softmax(x.handle(), mask.handle(), dim, mask_type));
+}
+inline Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), double eps = 1e-5) {
+  return Tensor::adopt(enkai_tensor_layernorm(x.handle(), w.handle(), b.handle(), eps));
+}
+inline Tensor embedding(const Tensor& w, const Tensor& ids) {
+  return Tensor::adopt(enkai_tensor_embedding(w.handle(), ids.handle()));
+}
+/// x @ w + b with w laid out [in, out] (F.linear(x, w.T, b)); b may be empty.
+inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor()) {
+  return Tensor::adopt(enkai_tensor_linear(x.handle(), w.handle(), b.handle()));
+}
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  return Tensor::adopt(enkai_tensor_cross_entropy(logits.handle(), targets.handle()));
+}
+
+inline void zero_grad(const Tensors& params) {
+  detail::check_status(enkai_tensor_zero_grad_multi(detail::handle_list(params).c_str()));
+}
+/// Throws E_NOT_FINITE when any element is inf or NaN.
+inline void check_finite(const Tensors& ts) {
+  detail::check_status(enkai_tensor_check_finite_multi(detail::handle_list(ts).c_str()));
+}
+/// torch.nn.utils.clip_grad_norm_(params, ...): scales the params' grads in
+/// place; returns the total norm before clipping.
+inline double clip_grad_norm(const Tensors& params, double max_norm, double norm_type = 2.0) {
+  Tensors grads;
+  std::string list = detail::grad_list(params, grads);
+  double total = 0;
+  detail::check_status(enkai_tensor_clip_grad_norm_multi(list.c_str(), max_norm, norm_type, &total));
+  return total;
+}
+
+/// torch.optim.AdamW over `params` (group 0; add more with add_param_group).
+class AdamW : public detail::Handle<enkai_opt_retain, enkai_tensor_opt_free> {
+ public:
+  AdamW() noexcept = default;
+  explicit AdamW(const Tensors& params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+                 double eps = 1e-8, double weight_decay = 1e-2)
+      : Handle(detail::check(
+            enkai_opt_adamw_create(detail::handle_list(params).c_str(), lr, beta1, beta2, eps, weight_decay))) {}
+  static AdamW adopt(int64_t h) {
+    AdamW o;
+    o.h_ = detail::check(h);
+    return o;
+  }
+  void step() const { detail::check_status(enkai_opt_adamw_step(h_)); }
+  void add_param_group(const Tensors& params, double lr, double weight_decay) const {
+    detail::check_status(enkai_opt_add_param_group(h_, detail::handle_list(params).c_str(), lr, weight_decay));
+  }
+  void set_lr(int64_t group, double lr) const { detail::check_status(enkai_opt_set_lr(h_, group, lr)); }
+  void step_group(int64_t group) const { detail::check_status(enkai_opt_param_group_step(h_, group)); }
+};
+
+/// torch.amp.GradScaler's rules over a scaler handle.
+class GradScaler : public detail::Handle<enkai_amp_scaler_retain, enkai_amp_scaler_free> {
+ public:
+  explicit GradScaler(double init_scale = 65536.0, double growth_factor = 2.0, double backoff_factor = 0.5,
+                      int64_t growth_interval = 2000)
+      : Handle(detail::check(enkai_amp_scaler_create(init_scale, growth_factor, backoff_factor, growth_interval))) {}
+  Tensor scale(const Tensor& loss) const { return Tensor::adopt(enkai_amp_scale_loss(loss.handle(), h_)); }
+  /// Unscales the params' grads in place (torch's unscale_); true when one
+  /// held an inf or NaN.
+  bool unscale(const Tensors& params) const {
+    Tensors grads;
+    std::string list = detail::grad_list(params, grads);
+    int found = 0;
+    detail::check_status(enkai_amp_unscale_grads(list.c_str(), h_, &found));
+    return found != 0;
+  }
+  void update(bool found_inf) const { detail::check_status(enkai_amp_scaler_update(h_, found_inf)); }
+  double get_scale() const { return detail::check_value(enkai_amp_scaler_get_scale(h_)); }
+  /// Scaled backward, unscale, step unless a grad is not finite, update.
+  /// Returns false when the step was skipped.
+  bool step(const Tensor& loss, const Tensors& params, const AdamW& opt) const {
+    int rc = enkai_amp_step(loss.handle(), h_, detail::handle_list(params).c_str(), opt.handle());
+    if (rc == 1) detail::throw_last_error();
+    return rc == 0;
+  }
+};
+
+/// An autocast region for this thread (bf16 on CPU, fp16 on CUDA, or a given
+/// device and dtype), closed when the guard goes out of scope.
+class AutocastGuard {
+ public:
+  AutocastGuard() { detail::check_status(enkai_autocast_enter()); }
+  AutocastGuard(const Device& d, const std::string& dtype) {
+    detail::check_status(enkai_autocast_enter_device(d.handle(), dtype.c_str()));
+  }
+  ~AutocastGuard() { enkai_autocast_exit(); }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+};
+
+inline void manual_seed(int64_t seed) { detail::check_status(enkai_tensor_manual_seed(seed)); }
+
+/// The TinyLM's parameters (see enkai_tensor_tinylm_init).
+inline Tensors tinylm_init(int64_t vocab, int64_t seq, int64_t d_model, int64_t n_layers, int64_t n_heads,
+                           const Device& d, int64_t seed) {
+  std::string list = detail::out_string([&](char** p, std::size_t* n) {
+    return enkai_tensor_tinylm_init(vocab, seq, d_model, n_layers, n_heads, d.handle(), seed, p, n);
+  });
+  Tensors out;
+  for (int64_t h : detail::parse_int_list(list.data(), list.size())) out.push_back(Tensor::adopt(h));
+  return out;
+}
+inline Tensor forward_tinylm(const Tensors& params, span<const uint32_t> inputs, span<const uint32_t> targets,
+                             int64_t batch, int64_t seq, int64_t n_heads) {
+  return Tensor::adopt(enkai_tensor_forward_tinylm(detail::handle_list(params).c_str(), inputs.data(), inputs.size(),
+                                                   targets.data(), targets.size(), batch, seq, n_heads));
+}
+
+/// Live handles per kind (enkai_tensor_live_*).
+struct LiveCounts {
+  int64_t tensors, devices, opts, scalers;
+  bool operator==(const LiveCounts& o) const {
+    return tensors == o.tensors && devices == o.devices && opts == o.opts && scalers == o.scalers;
+  }
+  bool operator!=(const LiveCounts& o) const { return !(*this == o); }
+};
+inline LiveCounts live() {
+  return {enkai_tensor_live_tensors(), enkai_tensor_live_devices(), enkai_tensor_live_opts(),
+          enkai_tensor_live_scalers()};
+}
+
+/// The library's ABI version (major, minor, patch).
+struct Version {
+  unsigned major, minor, patch;
+};
+inline Version abi_version() {
+  uint64_t v = enkai_abi_version();
+  return {static_cast<unsigned>(v >> 32), static_cast<unsigned>((v >> 16) & 0xffff), static_cast<unsigned>(v & 0xffff)};
+}
+
+}  // namespace enkai
+
+#endif  // ENKAI_TENSOR_HPP
