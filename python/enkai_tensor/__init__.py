@@ -9,9 +9,10 @@
 
 import ctypes
 import json
+import numbers
 import os
 import struct
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from . import _dlpack, _format
 from ._lib import EnkaiSlice, lib  # noqa: F401  (lib is part of the API)
@@ -30,47 +31,47 @@ __all__ = [
     "checkpoint_load_ranked_scaler",
 ]
 
-_CODES = {}
+Shape = Sequence[int]
 
 
 class EnkaiError(Exception):
     """A failed call: `code` is the E_ name (e.g. "E_SHAPE"), `number` its value."""
 
-    def __init__(self, message, code, number):
+    def __init__(self, message: str, code: str, number: int) -> None:
         super().__init__(message)
         self.code, self.number = code, number
 
 
-def _raise():
+def _raise() -> NoReturn:
     text = lib.enkai_tensor_last_error()
     text = text.decode() if text else "E_INTERNAL: failed without an error message"
     raise EnkaiError(text, text.split(":", 1)[0], lib.enkai_tensor_last_error_code())
 
 
-def _check_handle(h):
+def _check_handle(h: int) -> int:
     if h == 0:
         _raise()
     return h
 
 
-def _check_status(rc):
+def _check_status(rc: int) -> None:
     if rc != 0:
         _raise()
 
 
-def _enc(s):
+def _enc(s: Union[str, bytes]) -> bytes:
     return s.encode() if isinstance(s, str) else s
 
 
-def _shape_json(shape):
+def _shape_json(shape: Iterable[int]) -> bytes:
     return json.dumps(list(shape), separators=(",", ":")).encode()
 
 
-def _handles_json(ts):
+def _handles_json(ts: Iterable[Union["Tensor", int, None]]) -> bytes:
     return _shape_json(0 if t is None else (t.handle if isinstance(t, Tensor) else int(t)) for t in ts)
 
 
-def _out_string(fn, *args):
+def _out_string(fn: Callable[..., int], *args: Any) -> str:
     p, n = ctypes.c_char_p(), ctypes.c_size_t()
     _check_status(fn(*args, ctypes.byref(p), ctypes.byref(n)))
     try:
@@ -79,7 +80,7 @@ def _out_string(fn, *args):
         lib.enkai_tensor_string_free(p)
 
 
-def _slice_text(s):
+def _slice_text(s: EnkaiSlice) -> str:
     if not s.ptr:
         _raise()
     try:
@@ -91,23 +92,23 @@ def _slice_text(s):
 class Device:
     """A device handle (`cpu`, `cuda`, `cuda:N`, `auto`)."""
 
-    def __init__(self, spec="cpu"):
+    def __init__(self, spec: str = "cpu") -> None:
         self.spec = spec
-        self.handle = _check_handle(lib.enkai_tensor_device(_enc(spec)))
+        self.handle: int = _check_handle(lib.enkai_tensor_device(_enc(spec)))
 
-    def __del__(self):
+    def __del__(self) -> None:
         h, self.handle = getattr(self, "handle", 0), 0
         if h and lib is not None:
             lib.enkai_tensor_device_free(h)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Device({self.spec!r})"
 
 
-_default_device = None
+_default_device: Optional[Device] = None
 
 
-def device(spec=None):
+def device(spec: Optional[str] = None) -> Device:
     """`device()` is the shared CPU device; `device("cuda:0")` a new one."""
     global _default_device
     if spec is None:
@@ -123,6 +124,8 @@ _NUMPY = {"fp32": "float32", "fp16": "float16", "fp64": "float64", "int64": "int
 _STRUCT = {"fp32": "f", "fp16": "e", "fp64": "d", "int64": "q", "int32": "i", "bool": "?", "uint8": "B"}
 _FLOATING = ("fp32", "fp64", "bf16", "fp16")
 DeviceLike = Union["Device", str, None]
+Spec = Union[str, bytes, Dict[str, Any]]  # an LM spec: JSON text or a dict
+PathLike = Union[str, bytes, "os.PathLike[str]"]
 
 
 def _wrap(handle: int) -> "Tensor":
@@ -161,22 +164,98 @@ def _flatten(data: Any, shape: List[int], out: List[Any]) -> List[Any]:
     return out
 
 
-def _from_data(data: Any, dev: DeviceLike) -> "Tensor":
-    """torch.tensor's inference: bool -> bool, int -> int64, else fp32; arrays keep their dtype."""
-    if hasattr(data, "__array__") and not isinstance(data, (list, tuple)):
-        return from_numpy(data, dev)
-    shape = _shape_of(data)
-    flat = _flatten(data, shape, [])
-    if not flat:
-        dt = "fp32"
-    elif all(isinstance(v, bool) for v in flat):
-        dt = "bool"
-    elif all(isinstance(v, int) for v in flat):
-        dt = "int64"
+# torch.promote_types over the dtypes the library has: bool < integers <
+# floats; within a kind the wider wins, and fp16 with bf16 meet at fp32.
+_KIND = {"bool": 0, "uint8": 1, "int32": 1, "int64": 1, "fp16": 2, "bf16": 2, "fp32": 2, "fp64": 2}
+
+
+def _promote(a: str, b: str) -> str:
+    if a == b:
+        return a
+    if _KIND[a] != _KIND[b]:
+        return a if _KIND[a] > _KIND[b] else b
+    if {a, b} == {"fp16", "bf16"}:
+        return "fp32"
+    return a if _DTYPE_SIZES[a] > _DTYPE_SIZES[b] else b
+
+
+def _element_dtype(v: Any) -> str:
+    """torch.tensor's dtype for one element of a nested sequence: Python
+    bool/int/float give bool/int64/fp32 (torch's default float dtype), numpy
+    scalars and 0-dim Tensors their own dtype."""
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int64"
+    if isinstance(v, Tensor):
+        if v.ndim != 0:
+            raise ValueError("only 0-dim Tensors can be elements of a nested sequence")
+        return v.dtype
+    name = getattr(getattr(v, "dtype", None), "name", None)  # a numpy scalar
+    if name is not None:
+        names = {n: k for k, n in _NUMPY.items()}
+        if name not in names:
+            raise TypeError(f"unsupported numpy dtype {name}")
+        return names[name]
+    if isinstance(v, float):
+        return "fp32"
+    raise TypeError(f"cannot make a tensor of {type(v).__name__} elements")
+
+
+_INT_RANGE = {"uint8": (0, 255), "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
+
+
+def _check_range(flat: List[Any], dtype: str) -> None:
+    """torch.tensor(data, dtype=<integer>) refuses a value the dtype cannot
+    hold (c10::checked_convert): a float outside [min, max], NaN or inf; an
+    int outside it, except that an unsigned dtype takes -max..-1 (wrapping)."""
+    lo, hi = _INT_RANGE[dtype]
+    for v in flat:
+        if isinstance(v, Tensor) or not isinstance(v, numbers.Real):
+            continue
+        if isinstance(v, numbers.Integral):
+            i = int(v)
+            bad = i > hi or (i < lo if lo < 0 else -i > hi)
+        else:
+            f = float(v)
+            bad = f != f or f < lo or f > hi
+        if bad:
+            raise OverflowError(f"value {v} cannot be converted to type {dtype} without overflow")
+
+
+def _from_data(data: Any, dtype: Optional[str], dev: DeviceLike) -> "Tensor":
+    """torch.tensor's inference: bool -> bool, int -> int64, float -> fp32,
+    numpy scalars their dtype, promoted as torch.promote_types; arrays keep
+    their dtype. Values travel as int64 or fp64 and are converted once, by
+    libtorch, to the dtype asked for (so `tensor([0.1], dtype="fp64")` is the
+    double 0.1, not a float32 widened)."""
+    if hasattr(data, "__array__") and not isinstance(data, (list, tuple, Tensor)):
+        src = from_numpy(data, dev)
     else:
-        dt = "fp32"
-        flat = [float(v) for v in flat]
-    return from_bytes(struct.pack(f"<{len(flat)}{_STRUCT[dt]}", *flat), shape, dt, dev)
+        shape = _shape_of(data)
+        flat = _flatten(data, shape, [])
+        inferred = "fp32"
+        if flat:
+            inferred = _element_dtype(flat[0])
+            for v in flat[1:]:
+                inferred = _promote(inferred, _element_dtype(v))
+        if dtype in _INT_RANGE:
+            _check_range(flat, dtype)
+        if inferred == "bool":
+            wire, code, flat = "bool", "?", [bool(v) for v in flat]
+        elif _KIND[inferred] == 1:
+            wire, code, flat = "int64", "q", [int(v) for v in flat]
+        else:
+            wire, code, flat = "fp64", "d", [float(v) for v in flat]
+        try:
+            raw = struct.pack(f"<{len(flat)}{code}", *flat)
+        except struct.error as e:
+            raise OverflowError(f"a value does not fit in {wire}: {e}") from None
+        src = from_bytes(raw, shape, wire, dev)
+        dtype = dtype or inferred
+    if dtype is not None and src.dtype != dtype:
+        src = src.to_dtype(dtype)
+    return src
 
 
 def _index(t: "Tensor", index: Any) -> "Tensor":
@@ -215,8 +294,21 @@ def _index(t: "Tensor", index: Any) -> "Tensor":
     return out.view(new)
 
 
+def _dims_arg(shape: Tuple[Union[int, Shape], ...]) -> List[int]:
+    """`f(2, 3)` or `f([2, 3])`, as torch's reshape/view take them."""
+    dims = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape
+    # ints, or int() raises TypeError
+    return [int(n) for n in dims]  # type: ignore[arg-type]
+
+
+def _is_bool(x: Any) -> bool:
+    """A Python or numpy bool (numpy 2 names its type `numpy.bool`, numpy 1 `numpy.bool_`)."""
+    return isinstance(x, bool) or (type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_"))
+
+
 def _is_int(x: Any) -> bool:
-    return isinstance(x, int) or (hasattr(x, "__index__") and not isinstance(x, float))
+    # bools index like None in torch (a new dim), which is not supported here
+    return not _is_bool(x) and hasattr(x, "__index__")
 
 
 class Tensor:
@@ -225,20 +317,31 @@ class Tensor:
 
     `Tensor(data, dtype=None, dev=None)` copies data in, as `torch.tensor`
     does: nested lists and Python scalars (floats become fp32, ints int64,
-    bools bool), numpy arrays (their dtype kept; bf16 has no numpy dtype), or
-    anything with `__array__`. `dtype` converts. To take over a handle a C
-    function returned, use `Tensor._from_handle(h)` (or `Tensor.borrow(h)` to
-    add a reference to one you keep)."""
+    bools bool, mixed ones promoted as torch does, so `Tensor(5)` is a 0-dim
+    int64 tensor), numpy arrays and numpy scalars (their dtype kept: float32,
+    float64, float16, int64, int32, uint8, bool; bf16 has no numpy dtype),
+    or anything with `__array__`. `dtype` converts. A handle is never data:
+    to take over one a C function returned, use `Tensor._from_handle(h)`
+    (or `Tensor.borrow(h)` to add a reference to one you keep).
+
+    Operators follow torch: `@`, and `+ - * /` with a Tensor or a Python
+    number on either side (the result dtype is torch's: `int64 + 2.5` is
+    fp32, `fp16 * 3` stays fp16); unary `-` and `+`; indexing with ints,
+    slices (positive steps, as torch) and `...` (see `__getitem__`). The C
+    ABI has no comparison ops, so there are none: `==` and `!=` are Python's
+    identity (a Tensor is hashable, usable as a dict key), and `<`, `<=`,
+    `>`, `>=` raise TypeError."""
 
     __slots__ = ("handle", "__weakref__")
+    # as torch.Tensor: numpy scalars on the left (`np.float32(2) * t`) defer
+    # to our reflected operators instead of turning `t` into an ndarray
+    __array_priority__ = 1000
 
     def __init__(self, data: Any, dtype: Optional[str] = None, dev: DeviceLike = None) -> None:
         self.handle = 0
         if isinstance(data, Tensor):
             raise TypeError("Tensor(t) of a Tensor: use t.detach() or t.to_dtype(...)")
-        src = _from_data(data, dev)
-        if dtype is not None and src.dtype != dtype:
-            src = src.to_dtype(dtype)
+        src = _from_data(data, dtype, dev)
         self.handle, src.handle = src.handle, 0
 
     @classmethod
@@ -260,7 +363,7 @@ class Tensor:
         if h:
             _check_status(lib.enkai_tensor_free(h))
 
-    def __del__(self):
+    def __del__(self) -> None:
         h, self.handle = getattr(self, "handle", 0), 0
         if h and lib is not None:
             lib.enkai_tensor_free(h)
@@ -296,11 +399,16 @@ class Tensor:
             _raise()
         return n
 
-    def item(self) -> float:
+    def item(self) -> Union[float, int, bool]:
+        """The value of a one-element tensor as a Python number, as torch:
+        float for floating dtypes, int for integer ones (exact past 2**53),
+        bool for bool."""
         v = lib.enkai_tensor_item(self.handle)
         if v != v and lib.enkai_tensor_last_error_code() != 0:
             _raise()
-        return v
+        if self.dtype in _FLOATING:
+            return v
+        return self._values()[0]
 
     def to_bytes(self) -> bytes:
         n = self.numel() * _DTYPE_SIZES[self.dtype]
@@ -338,6 +446,20 @@ class Tensor:
         return list(struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw))
 
     def __repr__(self) -> str:
+        """torch's repr with our dtype names and the device always shown:
+
+            tensor([[0.1000, 0.2000]], dtype=fp32, device=cpu)
+            tensor(7, dtype=int64, device=cpu)
+            tensor([], size=(2, 0), dtype=fp32, device=cuda:0)
+
+        The values are printed as `torch.Tensor.__repr__` prints them with its
+        default print options: 4 decimals, scientific notation when torch
+        would use it, integer-valued floats as `1.`, lines wrapped at 80
+        columns, and a tensor of over 1000 elements summarized to its first
+        and last 3 items in every dimension with `...` (only those corners are
+        read from the library). `size=` is shown for an empty tensor that is
+        not 1-d, and a suffix moves to its own line when it would pass 80
+        columns, as in torch. Needs no numpy. `str(t)` is the same text."""
         indent = len("tensor(")
         shape = list(self.shape)
         numel = self.numel()
@@ -372,7 +494,7 @@ class Tensor:
     def __int__(self) -> int:
         return int(self._single())
 
-    def _single(self) -> float:
+    def _single(self) -> Union[float, int, bool]:
         if self.numel() != 1:
             raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to a Python number")
         return self.item()
@@ -409,11 +531,20 @@ class Tensor:
         return _dlpack.device_tuple(self.device)
 
     # ops
-    def _binary(self, fn: Any, o: Any, reflected: bool = False) -> "Tensor":
-        o = _as_tensor(o, self)  # held here: a temporary freed before the call would be a stale handle
-        if o is NotImplemented:
+    def _binary(self, fn: Callable[[int, int], int], o: Any, reflected: bool = False) -> "Tensor":
+        if isinstance(o, Tensor):
+            a, b = (o, self) if reflected else (self, o)
+            return _wrap(fn(a.handle, b.handle))
+        scalar = _scalar(o, self)
+        if scalar is None:
             return NotImplemented
-        a, b = (o, self) if reflected else (self, o)
+        if not self.shape and scalar.dtype != self.dtype:
+            # libtorch lets a 0-dim operand of a wider dtype win over another
+            # 0-dim one; a Python number never does (torch wraps it). With a
+            # dimensioned operand the number is a "CPU scalar" as in torch.
+            return self.reshape([1])._binary(fn, o, reflected).reshape([])
+        # `scalar` is held here: a temporary freed before the call would be a stale handle
+        a, b = (scalar, self) if reflected else (self, scalar)
         return _wrap(fn(a.handle, b.handle))
 
     def __add__(self, o: Any) -> "Tensor":
@@ -429,13 +560,13 @@ class Tensor:
         return self._binary(lib.enkai_tensor_div, o)
 
     def __radd__(self, o: Any) -> "Tensor":
-        return self._binary(lib.enkai_tensor_add, o, reflected=True)
+        return self._binary(lib.enkai_tensor_add, o)  # as torch: `n + t` is `t + n`
 
     def __rsub__(self, o: Any) -> "Tensor":
         return self._binary(lib.enkai_tensor_sub, o, reflected=True)
 
     def __rmul__(self, o: Any) -> "Tensor":
-        return self._binary(lib.enkai_tensor_mul, o, reflected=True)
+        return self._binary(lib.enkai_tensor_mul, o)  # as torch: `n * t` is `t * n`
 
     def __rtruediv__(self, o: Any) -> "Tensor":
         if isinstance(o, Tensor):
@@ -459,61 +590,60 @@ class Tensor:
     # No comparison operators: the C ABI has no comparison ops. `==` is
     # Python's identity (so tensors can be dict keys); `<` raises TypeError.
 
-    def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape
-        return _wrap(lib.enkai_tensor_reshape(self.handle, _shape_json(shape)))
+    def reshape(self, *shape: Union[int, Shape]) -> "Tensor":
+        """`t.reshape(2, 3)` or `t.reshape([2, 3])`; -1 infers a dim."""
+        return _wrap(lib.enkai_tensor_reshape(self.handle, _shape_json(_dims_arg(shape))))
 
-    def view(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape
-        return _wrap(lib.enkai_tensor_view(self.handle, _shape_json(shape)))
+    def view(self, *shape: Union[int, Shape]) -> "Tensor":
+        return _wrap(lib.enkai_tensor_view(self.handle, _shape_json(_dims_arg(shape))))
 
-    def transpose(self, d0, d1):
+    def transpose(self, d0: int, d1: int) -> "Tensor":
         return _wrap(lib.enkai_tensor_transpose(self.handle, d0, d1))
 
-    def slice(self, dim, start, end, step=1):
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> "Tensor":
         return _wrap(lib.enkai_tensor_slice(self.handle, dim, start, end, step))
 
-    def sum(self, dim=-1, keepdim=False):
+    def sum(self, dim: int = -1, keepdim: bool = False) -> "Tensor":
         """Sum over `dim`, or over everything when `dim` is negative (the C ABI's rule)."""
         return _wrap(lib.enkai_tensor_sum(self.handle, dim, int(keepdim)))
 
-    def mean(self, dim=-1, keepdim=False):
+    def mean(self, dim: int = -1, keepdim: bool = False) -> "Tensor":
         return _wrap(lib.enkai_tensor_mean(self.handle, dim, int(keepdim)))
 
-    def softmax(self, dim):
+    def softmax(self, dim: int) -> "Tensor":
         return _wrap(lib.enkai_tensor_softmax(self.handle, dim))
 
-    def relu(self):
+    def relu(self) -> "Tensor":
         return _wrap(lib.enkai_tensor_relu(self.handle))
 
-    def sigmoid(self):
+    def sigmoid(self) -> "Tensor":
         return _wrap(lib.enkai_tensor_sigmoid(self.handle))
 
-    def tanh(self):
+    def tanh(self) -> "Tensor":
         return _wrap(lib.enkai_tensor_tanh(self.handle))
 
-    def gelu(self):
+    def gelu(self) -> "Tensor":
         return _wrap(lib.enkai_tensor_gelu(self.handle))
 
-    def detach(self):
+    def detach(self) -> "Tensor":
         return _wrap(lib.enkai_tensor_detach(self.handle))
 
-    def to_dtype(self, dtype):
+    def to_dtype(self, dtype: str) -> "Tensor":
         return _wrap(lib.enkai_tensor_to_dtype(self.handle, _enc(dtype)))
 
     def to_device(self, dev: DeviceLike) -> "Tensor":
         return _wrap(lib.enkai_tensor_to_device(self.handle, _dev(dev).handle))
 
     # autograd
-    def require_grad(self):
+    def require_grad(self) -> "Tensor":
         _check_handle(lib.enkai_tensor_require_grad(self.handle))
         return self
 
-    def backward(self):
+    def backward(self) -> None:
         _check_status(lib.enkai_tensor_backward(self.handle))
 
     @property
-    def grad(self):
+    def grad(self) -> Optional["Tensor"]:
         h = lib.enkai_tensor_grad(self.handle)
         if h == 0:
             if lib.enkai_tensor_last_error_code() != 0:
@@ -521,29 +651,34 @@ class Tensor:
             return None
         return _wrap(h)
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         _check_status(lib.enkai_tensor_zero_grad(self.handle))
 
 
-def _as_tensor(o: Any, like: "Tensor") -> "Tensor":
-    """A Python scalar as the 0-dim tensor torch's promotion gives it: it keeps
-    the other side's dtype unless it is of a higher kind (a float against an
-    integer or bool tensor gives fp32, an int against a bool tensor int64)."""
-    if isinstance(o, Tensor):
-        return o
-    dt = like.dtype
-    if isinstance(o, bool):
-        dt = "bool"  # lowest kind: never promotes, and `-` refuses it as torch does
-    elif isinstance(o, int):
-        dt = "int64" if dt == "bool" else dt
-    elif isinstance(o, float):
-        dt = dt if dt in _FLOATING else "fp32"
-    else:
-        return NotImplemented
-    return full([], float(o), dt, like.device)
+def _scalar(o: Any, like: "Tensor") -> Optional["Tensor"]:
+    """A Python (or numpy) number as the 0-dim tensor that gives torch's
+    result with the dimensioned tensor `like`; None for anything else.
+
+    torch wraps a number into a 0-dim double/int64/bool tensor that never
+    widens the other operand within its kind, and takes the default dtype
+    (fp32, int64) when it is of a higher kind. libtorch's rule for a 0-dim
+    operand is the same except that it brings its own dtype: so an int is an
+    exact int64, a float an fp64 against a floating tensor (computed as torch
+    does: fp16/bf16 in float32 with the number unrounded) and an fp32
+    against an integer or bool one, a bool a bool."""
+    if _is_bool(o):
+        return full([], float(o), "bool", like.device)  # lowest kind: `-` refuses it, as torch
+    if isinstance(o, numbers.Integral):
+        try:
+            return from_bytes(struct.pack("<q", int(o)), [], "int64", like.device)
+        except struct.error:
+            raise OverflowError(f"{o} does not fit in int64") from None
+    if isinstance(o, numbers.Real):
+        return full([], float(o), "fp64" if like.dtype in _FLOATING else "fp32", like.device)
+    return None
 
 
-_devices = {}
+_devices: Dict[str, Device] = {}
 
 
 def _dev(dev: DeviceLike) -> "Device":
@@ -559,31 +694,35 @@ def _dev(dev: DeviceLike) -> "Device":
     return _devices[dev]
 
 
-def randn(shape, dtype="fp32", dev=None):
+def randn(shape: Shape, dtype: str = "fp32", dev: DeviceLike = None) -> Tensor:
     return _wrap(lib.enkai_tensor_randn(_shape_json(shape), _enc(dtype), _dev(dev).handle))
 
 
-def zeros(shape, dtype="fp32", dev=None):
+def zeros(shape: Shape, dtype: str = "fp32", dev: DeviceLike = None) -> Tensor:
     return _wrap(lib.enkai_tensor_zeros(_shape_json(shape), _enc(dtype), _dev(dev).handle))
 
 
-def ones(shape, dtype="fp32", dev=None):
+def ones(shape: Shape, dtype: str = "fp32", dev: DeviceLike = None) -> Tensor:
     return _wrap(lib.enkai_tensor_ones(_shape_json(shape), _enc(dtype), _dev(dev).handle))
 
 
-def full(shape, value, dtype="fp32", dev=None):
+def full(shape: Shape, value: float, dtype: str = "fp32", dev: DeviceLike = None) -> Tensor:
     return _wrap(lib.enkai_tensor_full(_shape_json(shape), float(value), _enc(dtype), _dev(dev).handle))
 
 
-def from_bytes(data, shape, dtype, dev=None):
+def from_bytes(data: Union[bytes, bytearray, memoryview], shape: Shape, dtype: str, dev: DeviceLike = None) -> Tensor:
     data = bytes(data)
     return _wrap(lib.enkai_tensor_from_data(data, len(data), _shape_json(shape), _enc(dtype), _dev(dev).handle))
 
 
-def from_numpy(a, dev=None):
+def from_numpy(a: Any, dev: DeviceLike = None) -> Tensor:
+    """A copy of a numpy array (or numpy scalar, or anything with
+    `__array__`) with its dtype: float32/float64/float16/int64/int32/uint8/
+    bool become fp32/fp64/fp16/int64/int32/uint8/bool; others raise
+    TypeError. Any strides; a 0-d array gives a 0-dim tensor."""
     import numpy as np
 
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a)  # tobytes() below is C order whatever the strides
     names = {v: k for k, v in _NUMPY.items()}
     if a.dtype.name not in names:
         raise TypeError(f"unsupported numpy dtype {a.dtype}")
@@ -603,97 +742,98 @@ def from_dlpack(obj: Any) -> Tensor:
     return _wrap(_dlpack.import_capsule(_dlpack.capsule_of(obj)))
 
 
-def ids_u32(ids, batch, seq, dev=None):
+def ids_u32(ids: Sequence[int], batch: int, seq: int, dev: DeviceLike = None) -> Tensor:
     arr = (ctypes.c_uint32 * len(ids))(*ids)
     return _wrap(lib.enkai_tensor_ids_u32(arr, len(ids), batch, seq, _dev(dev).handle))
 
 
-def manual_seed(seed):
+def manual_seed(seed: int) -> None:
     _check_status(lib.enkai_tensor_manual_seed(seed))
 
 
-def backend_list():
+def backend_list() -> List[str]:
     return json.loads(_out_string(lib.enkai_backend_list))
 
 
-def backend_set(name):
+def backend_set(name: str) -> None:
     _check_status(lib.enkai_backend_set(_enc(name)))
 
 
-def backend_current():
+def backend_current() -> str:
     return _out_string(lib.enkai_backend_current)
 
 
-def live():
+def live() -> Dict[str, int]:
     """Live handle counts per kind."""
     return {"tensors": lib.enkai_tensor_live_tensors(), "devices": lib.enkai_tensor_live_devices(),
             "opts": lib.enkai_tensor_live_opts(), "scalers": lib.enkai_tensor_live_scalers()}
 
 
-def matmul(a, b):
+def matmul(a: Tensor, b: Tensor) -> Tensor:
     return a @ b
 
 
-def concat(ts, dim=0):
+def concat(ts: Sequence[Tensor], dim: int = 0) -> Tensor:
     return _wrap(lib.enkai_tensor_concat(_handles_json(ts), dim))
 
 
-def softmax(x, dim):
+def softmax(x: Tensor, dim: int) -> Tensor:
     return x.softmax(dim)
 
 
-def masked_softmax(x, mask, dim, mask_type=2):
+def masked_softmax(x: Tensor, mask: Tensor, dim: int, mask_type: int = 2) -> Tensor:
     return _wrap(lib.enkai_tensor_masked_softmax(x.handle, mask.handle, dim, mask_type))
 
 
-def masked_softmax_backward(grad_out, out, mask, dim):
+def masked_softmax_backward(grad_out: Tensor, out: Tensor, mask: Tensor, dim: int) -> Tensor:
     return _wrap(lib.enkai_tensor_masked_softmax_backward(grad_out.handle, out.handle, mask.handle, dim))
 
 
-def dropout(x, p, train=True):
+def dropout(x: Tensor, p: float, train: bool = True) -> Tensor:
     return _wrap(lib.enkai_tensor_dropout(x.handle, p, int(train)))
 
 
-def layernorm(x, w, b=None, eps=1e-5):
+def layernorm(x: Tensor, w: Tensor, b: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     return _wrap(lib.enkai_tensor_layernorm(x.handle, w.handle, b.handle if b is not None else 0, eps))
 
 
-def layernorm_backward(x, w, b, eps, grad_out):
+def layernorm_backward(x: Tensor, w: Tensor, b: Optional[Tensor], eps: float,
+                       grad_out: Tensor) -> List[Optional[Tensor]]:
     hs = json.loads(_slice_text(lib.enkai_tensor_layernorm_backward(
         x.handle, w.handle, b.handle if b is not None else 0, eps, grad_out.handle)))
     return [_wrap(h) if h else None for h in hs]
 
 
-def embedding(w, ids):
+def embedding(w: Tensor, ids: Tensor) -> Tensor:
     return _wrap(lib.enkai_tensor_embedding(w.handle, ids.handle))
 
 
-def linear(x, w, b=None):
+def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
     return _wrap(lib.enkai_tensor_linear(x.handle, w.handle, b.handle if b is not None else 0))
 
 
-def cross_entropy(logits, targets):
+def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     return _wrap(lib.enkai_tensor_cross_entropy(logits.handle, targets.handle))
 
 
-def grad_multi(params):
+def grad_multi(params: Sequence[Tensor]) -> List[Optional[Tensor]]:
     hs = json.loads(_out_string(lib.enkai_tensor_grad_multi, _handles_json(params)))
     return [_wrap(h) if h else None for h in hs]
 
 
-def zero_grad_multi(params):
+def zero_grad_multi(params: Sequence[Tensor]) -> None:
     _check_status(lib.enkai_tensor_zero_grad_multi(_handles_json(params)))
 
 
-def check_finite_multi(ts):
+def check_finite_multi(ts: Sequence[Tensor]) -> None:
     _check_status(lib.enkai_tensor_check_finite_multi(_handles_json(ts)))
 
 
-def scale_grads_multi(grads, scale):
+def scale_grads_multi(grads: Sequence[Optional[Tensor]], scale: float) -> None:
     _check_status(lib.enkai_tensor_scale_grads_multi(_handles_json(grads), scale))
 
 
-def clip_grad_norm_multi(grads, max_norm, norm_type=2.0):
+def clip_grad_norm_multi(grads: Sequence[Optional[Tensor]], max_norm: float, norm_type: float = 2.0) -> float:
     total = ctypes.c_double()
     _check_status(lib.enkai_tensor_clip_grad_norm_multi(_handles_json(grads), max_norm, norm_type, ctypes.byref(total)))
     return total.value
@@ -702,42 +842,43 @@ def clip_grad_norm_multi(grads, max_norm, norm_type=2.0):
 class AdamW:
     """An optimizer handle: `torch.optim.AdamW` over `params` (one group to start)."""
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
         self.handle = _check_handle(lib.enkai_opt_adamw_create(_handles_json(params), lr, betas[0], betas[1], eps,
                                                                 weight_decay))
 
     @classmethod
-    def adopt(cls, handle):
+    def adopt(cls, handle: int) -> "AdamW":
         """Takes ownership of an optimizer handle returned by a C function."""
         self = cls.__new__(cls)
         self.handle = _check_handle(handle)
         return self
 
-    def step(self):
+    def step(self) -> None:
         _check_status(lib.enkai_opt_adamw_step(self.handle))
 
-    def shard(self):
+    def shard(self) -> "AdamW":
         """ZeRO stage 1 over the process group (see enkai_opt_shard)."""
         _check_status(lib.enkai_opt_shard(self.handle))
         return self
 
     @property
-    def state_bytes(self):
+    def state_bytes(self) -> int:
         n = lib.enkai_opt_state_bytes(self.handle)
         if n < 0:
             _raise()
         return n
 
-    def add_param_group(self, params, lr, weight_decay):
+    def add_param_group(self, params: Sequence[Tensor], lr: float, weight_decay: float) -> None:
         _check_status(lib.enkai_opt_add_param_group(self.handle, _handles_json(params), lr, weight_decay))
 
-    def set_lr(self, group, lr):
+    def set_lr(self, group: int, lr: float) -> None:
         _check_status(lib.enkai_opt_set_lr(self.handle, group, lr))
 
-    def group_step(self, group):
+    def group_step(self, group: int) -> None:
         _check_status(lib.enkai_opt_param_group_step(self.handle, group))
 
-    def free(self):
+    def free(self) -> None:
         h, self.handle = getattr(self, "handle", 0), 0
         if h and lib is not None:
             _check_status(lib.enkai_tensor_opt_free(h))
@@ -745,7 +886,9 @@ class AdamW:
     __del__ = free
 
 
-def adamw_step_multi(params, grads, state=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+def adamw_step_multi(params: Sequence[Tensor], grads: Sequence[Optional[Tensor]], state: Optional[AdamW] = None,
+                     lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                     weight_decay: float = 1e-2) -> AdamW:
     """The functional step; returns the state (an `AdamW`), created when `state` is None."""
     h = state.handle if state is not None else 0
     out = _check_handle(lib.enkai_tensor_adamw_step_multi(_handles_json(params), _handles_json(grads), h, lr,
@@ -756,35 +899,36 @@ def adamw_step_multi(params, grads, state=None, lr=1e-3, betas=(0.9, 0.999), eps
 class GradScaler:
     """`torch.amp.GradScaler` rules over a scaler handle."""
 
-    def __init__(self, init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+    def __init__(self, init_scale: float = 65536.0, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000) -> None:
         self.handle = _check_handle(lib.enkai_amp_scaler_create(init_scale, growth_factor, backoff_factor,
                                                                 growth_interval))
 
-    def scale(self, loss):
+    def scale(self, loss: Tensor) -> Tensor:
         return _wrap(lib.enkai_amp_scale_loss(loss.handle, self.handle))
 
-    def unscale_(self, grads):
+    def unscale_(self, grads: Sequence[Optional[Tensor]]) -> bool:
         found = ctypes.c_int()
         _check_status(lib.enkai_amp_unscale_grads(_handles_json(grads), self.handle, ctypes.byref(found)))
         return bool(found.value)
 
-    def update(self, found_inf=False):
+    def update(self, found_inf: bool = False) -> None:
         _check_status(lib.enkai_amp_scaler_update(self.handle, int(found_inf)))
 
-    def get_scale(self):
+    def get_scale(self) -> float:
         v = lib.enkai_amp_scaler_get_scale(self.handle)
         if v != v:
             _raise()
         return v
 
-    def step(self, loss, params, opt):
+    def step(self, loss: Tensor, params: Sequence[Tensor], opt: AdamW) -> bool:
         """Scaled backward + step; returns False when the step was skipped for an inf."""
         rc = lib.enkai_amp_step(loss.handle, self.handle, _handles_json(params), opt.handle)
         if rc == 1:
             _raise()
         return rc == 0
 
-    def free(self):
+    def free(self) -> None:
         h, self.handle = getattr(self, "handle", 0), 0
         if h and lib is not None:
             _check_status(lib.enkai_amp_scaler_free(h))
@@ -795,57 +939,64 @@ class GradScaler:
 class autocast:
     """`with et.autocast():` (bf16 on CPU, fp16 on CUDA), or `autocast(dev, "fp16")` for one device."""
 
-    def __init__(self, dev=None, dtype=None):
+    def __init__(self, dev: DeviceLike = None, dtype: Optional[str] = None) -> None:
         self.dev, self.dtype = dev, dtype
 
-    def __enter__(self):
+    def __enter__(self) -> "autocast":
         if self.dev is None:
             _check_status(lib.enkai_autocast_enter())
         else:
             _check_status(lib.enkai_autocast_enter_device(_dev(self.dev).handle, _enc(self.dtype or "bf16")))
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         _check_status(lib.enkai_autocast_exit())
 
 
-def _u32(seq):
+def _u32(seq: Sequence[int]) -> Any:
     return (ctypes.c_uint32 * len(seq))(*seq)
 
 
-def tinylm_init(vocab, seq, d_model, n_layers, n_heads, dev=None, seed=0):
+def tinylm_init(vocab: int, seq: int, d_model: int, n_layers: int, n_heads: int, dev: DeviceLike = None,
+                seed: int = 0) -> List[Tensor]:
     hs = json.loads(_out_string(lib.enkai_tensor_tinylm_init, vocab, seq, d_model, n_layers, n_heads,
                                 _dev(dev).handle, seed))
     return [_wrap(h) for h in hs]
 
 
-def forward_tinylm(params, inputs, targets, batch, seq, n_heads):
+def forward_tinylm(params: Sequence[Tensor], inputs: Sequence[int], targets: Sequence[int], batch: int, seq: int,
+                   n_heads: int) -> Tensor:
     return _wrap(lib.enkai_tensor_forward_tinylm(_handles_json(params), _u32(inputs), len(inputs), _u32(targets),
                                                   len(targets), batch, seq, n_heads))
 
 
-def lm_init(spec, dev=None, seed=0):
+def lm_init(spec: Spec, dev: DeviceLike = None, seed: int = 0) -> List[Tensor]:
     spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
     hs = json.loads(_out_string(lib.enkai_tensor_lm_init, _enc(spec), _dev(dev).handle, seed))
     return [_wrap(h) for h in hs]
 
 
-def forward_lm(params, spec, inputs, targets, batch, seq, training=False):
+def forward_lm(params: Sequence[Tensor], spec: Spec, inputs: Sequence[int], targets: Sequence[int], batch: int,
+               seq: int, training: bool = False) -> Tensor:
     spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
     return _wrap(lib.enkai_tensor_forward_lm(_handles_json(params), _enc(spec), _u32(inputs), len(inputs),
                                               _u32(targets), len(targets), batch, seq, int(training)))
 
 
-def lm_logits(params, spec, inputs, batch, seq):
+def lm_logits(params: Sequence[Tensor], spec: Spec, inputs: Sequence[int], batch: int, seq: int) -> Tensor:
     spec = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
     return _wrap(lib.enkai_tensor_lm_logits(_handles_json(params), _enc(spec), _u32(inputs), len(inputs), batch, seq))
 
 
-def _path(p):
+Loaded = Tuple[List[Tensor], Optional[AdamW], bytes]
+
+
+def _path(p: PathLike) -> bytes:
     return os.fsencode(p)
 
 
-def checkpoint_save(dir, params, opt=None, meta="{}", scaler=None):
+def checkpoint_save(dir: PathLike, params: Sequence[Tensor], opt: Optional[AdamW] = None,
+                    meta: Union[str, bytes] = "{}", scaler: Optional[GradScaler] = None) -> None:
     meta = _enc(meta)
     if scaler is None:
         _check_status(lib.enkai_checkpoint_save(_path(dir), _handles_json(params), opt.handle if opt else 0, meta))
@@ -854,7 +1005,7 @@ def checkpoint_save(dir, params, opt=None, meta="{}", scaler=None):
                                                     scaler.handle, meta))
 
 
-def _load_outputs(fn, *args):
+def _load_outputs(fn: Callable[..., int], *args: Any) -> Loaded:
     p, pl, o, m, ml = ctypes.c_char_p(), ctypes.c_size_t(), ctypes.c_int64(), ctypes.c_char_p(), ctypes.c_size_t()
     _check_status(fn(*args, ctypes.byref(p), ctypes.byref(pl), ctypes.byref(o), ctypes.byref(m), ctypes.byref(ml)))
     try:
@@ -866,18 +1017,19 @@ def _load_outputs(fn, *args):
     return [_wrap(h) for h in hs], (AdamW.adopt(o.value) if o.value else None), meta
 
 
-def checkpoint_load(dir):
+def checkpoint_load(dir: PathLike) -> Loaded:
     """(params, optimizer or None, meta bytes) from the latest snapshot of `dir`."""
     return _load_outputs(lib.enkai_checkpoint_load, _path(dir))
 
 
-def checkpoint_load_scaler(dir):
+def checkpoint_load_scaler(dir: PathLike) -> GradScaler:
     s = GradScaler.__new__(GradScaler)
     s.handle = _check_handle(lib.enkai_checkpoint_load_scaler(_path(dir)))
     return s
 
 
-def checkpoint_save_ranked(dir, rank, world, params, opt=None, meta="{}", scaler=None):
+def checkpoint_save_ranked(dir: PathLike, rank: int, world: int, params: Sequence[Tensor], opt: Optional[AdamW] = None,
+                           meta: Union[str, bytes] = "{}", scaler: Optional[GradScaler] = None) -> None:
     if scaler is None:
         _check_status(lib.enkai_checkpoint_save_ranked(_path(dir), rank, world, _handles_json(params),
                                                        opt.handle if opt else 0, _enc(meta)))
@@ -886,11 +1038,11 @@ def checkpoint_save_ranked(dir, rank, world, params, opt=None, meta="{}", scaler
                                                            opt.handle if opt else 0, scaler.handle, _enc(meta)))
 
 
-def checkpoint_load_ranked_scaler(dir, rank):
+def checkpoint_load_ranked_scaler(dir: PathLike, rank: int) -> GradScaler:
     s = GradScaler.__new__(GradScaler)
     s.handle = _check_handle(lib.enkai_checkpoint_load_ranked_scaler(_path(dir), rank))
     return s
 
 
-def checkpoint_load_ranked(dir, rank):
+def checkpoint_load_ranked(dir: PathLike, rank: int) -> Loaded:
     return _load_outputs(lib.enkai_checkpoint_load_ranked, _path(dir), rank)

@@ -3,6 +3,7 @@
 import ctypes
 import os
 from pathlib import Path
+from typing import Iterator
 
 c_int, c_i64, c_u64, c_f64, c_size = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double, ctypes.c_size_t
 c_str, c_void_p = ctypes.c_char_p, ctypes.c_void_p
@@ -141,7 +142,7 @@ SIGNATURES = {
 }
 
 
-def _candidates():
+def _candidates() -> Iterator[Path]:
     env = os.environ.get("ENKAI_TENSOR_PATH")
     if env:
         p = Path(env)
@@ -152,7 +153,7 @@ def _candidates():
         yield root / "target" / "release" / "libenkai_tensor.so"
 
 
-def load():
+def load() -> ctypes.CDLL:
     tried = []
     for path in _candidates():
         tried.append(str(path))

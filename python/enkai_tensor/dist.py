@@ -7,66 +7,71 @@
     dist.shutdown()
 """
 
+from typing import TYPE_CHECKING, Sequence, Union
+
 from . import _wrap, _check_handle, _check_status, _enc, _handles_json
 from ._lib import lib
+
+if TYPE_CHECKING:
+    from . import Device, Tensor
 
 __all__ = ["init", "shutdown", "rank", "world_size", "barrier", "all_reduce", "broadcast", "all_gather",
            "allreduce_grads", "config", "device"]
 
 
-def init(world, rank, init_method="", timeout_s=0.0):
+def init(world: int, rank: int, init_method: str = "", timeout_s: float = 0.0) -> None:
     """Creates the process group (init_method "" = torchrun's env://; timeout_s <= 0 = the default)."""
     _check_status(lib.enkai_dist_init_method(_enc(init_method), world, rank, timeout_s))
 
 
-def config(world, rank, device=-1, seed=0):
+def config(world: int, rank: int, device: Union[int, "Device"] = -1, seed: int = 0) -> None:
     _check_status(lib.enkai_dist_config(world, rank, device if isinstance(device, int) else device.handle, seed))
 
 
-def device():
+def device() -> "Device":
     from . import Device
     d = Device.__new__(Device)
     d.spec, d.handle = "dist", _check_handle(lib.enkai_dist_device())
     return d
 
 
-def shutdown():
+def shutdown() -> None:
     _check_status(lib.enkai_dist_shutdown())
 
 
-def _int(v):
+def _int(v: int) -> int:
     if v < 0:
         from . import _raise
         _raise()
     return v
 
 
-def rank():
+def rank() -> int:
     return _int(lib.enkai_dist_rank())
 
 
-def world_size():
+def world_size() -> int:
     return _int(lib.enkai_dist_world_size())
 
 
-def barrier():
+def barrier() -> None:
     _check_status(lib.enkai_dist_barrier())
 
 
-def all_reduce(tensors, op="sum"):
+def all_reduce(tensors: Sequence["Tensor"], op: str = "sum") -> None:
     """In place over the listed tensors: "sum", "mean", "max" or "min"."""
     _check_status(lib.enkai_dist_allreduce(_handles_json(tensors), _enc(op)))
 
 
-def broadcast(tensors, root=0):
+def broadcast(tensors: Sequence["Tensor"], root: int = 0) -> None:
     _check_status(lib.enkai_dist_broadcast(_handles_json(tensors), root))
 
 
-def all_gather(t):
+def all_gather(t: "Tensor") -> "Tensor":
     """A new tensor [world, *t.shape] whose row r is rank r's t."""
     return _wrap(lib.enkai_dist_all_gather(t.handle))
 
 
-def allreduce_grads(params, bucket_mb=0.0):
+def allreduce_grads(params: Sequence["Tensor"], bucket_mb: float = 0.0) -> None:
     """Averages every param's .grad over the ranks, in DDP-style flat buckets."""
     _check_status(lib.enkai_dist_allreduce_grads(_handles_json(params), bucket_mb))
