@@ -76,9 +76,9 @@ build/examples/%: examples-c/%.c include/enkai_tensor.h $(LIB)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 # The C++ header's test and example: C++17 over the same C library.
-build/capi/%: capi-tests/%.cpp include/enkai_tensor.hpp include/enkai_tensor.h $(LIB)
+build/capi/%: capi-tests/%.cpp capi-tests/dlpack_min.h include/enkai_tensor.hpp include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -Icapi-tests $< -o $@ $(LDLIBS)
 
 build/examples/%: examples-cpp/%.cpp include/enkai_tensor.hpp include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
@@ -116,9 +116,9 @@ build/asan/%: capi-tests/%.c capi-tests/check.h capi-tests/dlpack_min.h include/
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SANITIZE) -Icapi-tests $< -o $@ $(LDLIBS)
 
-build/asan/%: capi-tests/%.cpp include/enkai_tensor.hpp include/enkai_tensor.h $(LIB)
+build/asan/%: capi-tests/%.cpp capi-tests/dlpack_min.h include/enkai_tensor.hpp include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) $(SANITIZE) $< -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $(SANITIZE) -Icapi-tests $< -o $@ $(LDLIBS)
 
 fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000

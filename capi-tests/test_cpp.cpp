@@ -4,6 +4,7 @@
 // small MLP trained with AdamW and a GradScaler. Every handle is freed by a
 // destructor: the live counters end where they started.
 #include "enkai_tensor.hpp"
+#include "dlpack_min.h"
 
 #include <array>
 #include <cmath>
@@ -83,6 +84,17 @@ static void semantics(const enkai::Device& cpu) {
   CHECK(enkai::concat({t, t}, 0).numel() == 12);
   CHECK(t.slice(1, 0, 3, 2).numel() == 4);
   CHECK(enkai::abi_version().major == enkai_abi_version() >> 32);
+
+  // DLPack: an export re-imported shares the memory; the export counts until freed.
+  {
+    DLManagedTensorVersioned* m = t.to_dlpack();
+    CHECK(m->dl_tensor.ndim == 2 && static_cast<float*>(m->dl_tensor.data)[5] == 6.0f);
+    auto back = enkai::Tensor::from_dlpack(m);
+    CHECK(back.to_vector<float>()[5] == 6.0f);
+    CHECK_THROWS(enkai::Tensor::from_dlpack(nullptr), E_NULL_POINTER);
+    auto g = enkai::Tensor::zeros({1}, "fp32", cpu).require_grad();
+    CHECK_THROWS(g.to_dlpack(), E_AUTOGRAD);
+  }
 }
 
 // y = sum of the inputs' squares, learnt by a 2-layer MLP.

@@ -234,6 +234,9 @@ class Tensor : public detail::Handle<enkai_tensor_retain, enkai_tensor_free> {
   static Tensor from_data(const std::vector<T>& data, const Shape& s, const Device& d) {
     return from_data(span<const T>(data.data(), data.size()), s, d);
   }
+  /// Wraps a producer's DLPack 1.x tensor without copying; ownership passes
+  /// in every case (on failure its deleter has run before this throws).
+  static Tensor from_dlpack(DLManagedTensorVersioned* managed) { return adopt(enkai_tensor_from_dlpack(managed)); }
   /// Token ids as an int64 [batch, seq] tensor.
   static Tensor ids(span<const uint32_t> ids, int64_t batch, int64_t seq, const Device& d) {
     return adopt(enkai_tensor_ids_u32(ids.data(), ids.size(), batch, seq, d.handle()));
@@ -269,6 +272,14 @@ class Tensor : public detail::Handle<enkai_tensor_retain, enkai_tensor_free> {
     std::vector<T> v(static_cast<std::size_t>(numel()));
     copy_to(span<T>(v.data(), v.size()));
     return v;
+  }
+
+  /// A DLPack 1.x view sharing this tensor's memory; the caller owns it and
+  /// must call its deleter once (include dlpack.h to read it).
+  DLManagedTensorVersioned* to_dlpack() const {
+    DLManagedTensorVersioned* m = enkai_tensor_to_dlpack(h_);
+    if (!m) detail::throw_last_error();
+    return m;
   }
 
   Tensor reshape(const Shape& s) const { return adopt(enkai_tensor_reshape(h_, shape_json(s).c_str())); }
