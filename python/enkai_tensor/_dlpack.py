@@ -7,6 +7,7 @@ consumed calls the tensor's deleter when it is collected.
 """
 
 import ctypes
+from typing import Any, Optional, Tuple
 
 from ._lib import lib
 
@@ -73,7 +74,7 @@ _is_valid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p
 _get_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
 
 
-def _delete(ptr):
+def _delete(ptr: Optional[int]) -> None:
     if ptr:
         m = ctypes.cast(ptr, ctypes.POINTER(DLManagedTensorVersioned))
         if m.contents.deleter:
@@ -81,14 +82,14 @@ def _delete(ptr):
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(capsule):
+def _capsule_destructor(capsule: Optional[int]) -> None:
     # A consumer renames the capsule when it takes ownership; only an unused
     # one still owns its tensor.
     if _is_valid_raw(capsule, VERSIONED):
         _delete(_get_pointer_raw(capsule, VERSIONED))
 
 
-def to_capsule(handle):
+def to_capsule(handle: int) -> Any:
     """A "dltensor_versioned" capsule sharing tensor `handle`'s memory."""
     ptr = lib.enkai_tensor_to_dlpack(handle)
     if not ptr:
@@ -100,14 +101,14 @@ def to_capsule(handle):
         raise
 
 
-def device_tuple(name):
+def device_tuple(name: str) -> Tuple[int, int]:
     """`__dlpack_device__` for a device name (`cpu`, `cuda:N`)."""
     if name.startswith("cuda"):
         return (KDL_CUDA, int(name.partition(":")[2] or 0))
     return (KDL_CPU, 0)
 
 
-def capsule_of(obj):
+def capsule_of(obj: Any) -> Any:
     """The versioned capsule `obj` exports (or `obj` itself, if it is one)."""
     if not hasattr(obj, "__dlpack__"):
         return obj
@@ -117,7 +118,7 @@ def capsule_of(obj):
         return obj.__dlpack__()
 
 
-def import_capsule(capsule):
+def import_capsule(capsule: Any) -> int:
     """Hands the capsule's tensor to the library: the new handle, or 0 with
     the library's error set. The capsule is marked used either way: the
     library owns (and on failure has released) the tensor."""
