@@ -809,7 +809,21 @@ OP(backend) {
     size_t len = 0;
     char **po = MAYBE_NULL(&out);
     size_t *pl = MAYBE_NULL(&len);
-    switch (below(3)) {
+    switch (below(4)) {
+    case 3: {
+        /* Small valid counts keep the pool cheap; the rest must be refused. */
+        int64_t n = chance(60) ? 1 + below(2) : int_arg();
+        CALL(enkai_set_num_threads); logcall("set_num_threads(%" PRId64 ")", n);
+        int r = enkai_set_num_threads(n);
+        outcome(r != 0);
+        if ((n < 1 || n > 1024) != (r != 0)) fail("set_num_threads(%" PRId64 ") returned %d", n, r);
+        if (r == 0) {
+            CALL(enkai_get_num_threads);
+            if (enkai_get_num_threads() != n) fail("get_num_threads is not the count just set");
+            expect_ok(); /* never fails; clears the error like every entry */
+        }
+        break;
+    }
     case 0: CALL(enkai_backend_list); logcall("backend_list()");
         if (enkai_backend_list(po, pl) == 0) expect_ok(), enkai_tensor_string_free(out);
         else expect_error();

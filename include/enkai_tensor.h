@@ -390,6 +390,20 @@ int enkai_tensor_device_free(int64_t dev);
 int enkai_tensor_manual_seed(int64_t seed);
 
 /**
+ * Sets the number of threads compute kernels use, process-wide, as
+ * `torch.set_num_threads(n)` (libtorch's intra-op pool). `n` is 1..=1024.
+ * `ENKAI_NUM_THREADS` sets it before the first device is made, unless this
+ * was called first. Returns 0, or 1 with `E_INVALID_ARG`.
+ */
+int enkai_set_num_threads(int64_t n);
+
+/**
+ * The number of threads compute kernels use (`torch.get_num_threads()`).
+ * Never fails.
+ */
+int64_t enkai_get_num_threads(void);
+
+/**
  * Saves the tensors of the JSON handle list `params` (names `param_0…`,
  * dtypes, shapes and devices kept), the AdamW state of `opt` (0 for none;
  * its params must be among `params`) and `meta_json` verbatim as a new

@@ -25,5 +25,6 @@ pub mod optim;
 pub mod registry;
 mod spinlock;
 pub mod tensor;
+pub mod threads;
 
 pub use error::{Code, Error, Result};

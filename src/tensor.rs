@@ -11,6 +11,7 @@ use crate::registry::{DEVICES, TENSORS};
 
 /// Resolves a device name and checks that the device exists.
 pub fn device_create(spec: &str) -> Result<i64> {
+    crate::threads::apply_env()?;
     let count = imp::cuda_device_count();
     let dev = match DeviceSpec::parse(spec)? {
         DeviceSpec::Auto if count > 0 => Device::Cuda(0),

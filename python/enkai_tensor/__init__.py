@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EnkaiError", "Tensor", "Device", "device", "tensor", "from_dlpack", "randn", "zeros", "ones", "full", "from_bytes",
-    "from_numpy", "ids_u32", "manual_seed", "backend_list", "backend_set", "backend_current",
+    "from_numpy", "ids_u32", "manual_seed", "set_num_threads", "get_num_threads", "backend_list", "backend_set", "backend_current",
     "live", "concat", "matmul", "softmax", "masked_softmax", "masked_softmax_backward", "layernorm",
     "layernorm_backward", "embedding", "linear", "cross_entropy", "dropout", "grad_multi",
     "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
@@ -749,6 +749,15 @@ def ids_u32(ids: Sequence[int], batch: int, seq: int, dev: DeviceLike = None) ->
 
 def manual_seed(seed: int) -> None:
     _check_status(lib.enkai_tensor_manual_seed(seed))
+
+
+def set_num_threads(n: int) -> None:
+    """`torch.set_num_threads`: the threads compute kernels use, process-wide (1..1024)."""
+    _check_status(lib.enkai_set_num_threads(n))
+
+
+def get_num_threads() -> int:
+    return int(lib.enkai_get_num_threads())
 
 
 def backend_list() -> List[str]:

@@ -19,6 +19,13 @@ pub fn cuda_device_count() -> i64 {
     0
 }
 
+/// Nothing computes in this build: the count is only recorded (threads.rs).
+pub fn set_num_threads(_n: i64) {}
+
+pub fn get_num_threads() -> Option<i64> {
+    None
+}
+
 pub fn manual_seed(_seed: i64) -> Result<()> {
     Err(unavailable())
 }

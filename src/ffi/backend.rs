@@ -74,3 +74,19 @@ pub extern "C" fn enkai_tensor_device_free(dev: i64) -> c_int {
 pub extern "C" fn enkai_tensor_manual_seed(seed: i64) -> c_int {
     status(|| tensor::manual_seed(seed))
 }
+
+/// Sets the number of threads compute kernels use, process-wide, as
+/// `torch.set_num_threads(n)` (libtorch's intra-op pool). `n` is 1..=1024.
+/// `ENKAI_NUM_THREADS` sets it before the first device is made, unless this
+/// was called first. Returns 0, or 1 with `E_INVALID_ARG`.
+#[no_mangle]
+pub extern "C" fn enkai_set_num_threads(n: i64) -> c_int {
+    status(|| crate::threads::set(n))
+}
+
+/// The number of threads compute kernels use (`torch.get_num_threads()`).
+/// Never fails.
+#[no_mangle]
+pub extern "C" fn enkai_get_num_threads() -> i64 {
+    guard(|| Ok(crate::threads::get()))
+}

@@ -12,6 +12,14 @@ pub fn cuda_device_count() -> i64 {
     tch::Cuda::device_count()
 }
 
+pub fn set_num_threads(n: i64) {
+    tch::set_num_threads(n as i32);
+}
+
+pub fn get_num_threads() -> Option<i64> {
+    Some(i64::from(tch::get_num_threads()))
+}
+
 pub fn manual_seed(seed: i64) -> Result<()> {
     tch::manual_seed(seed);
     Ok(())
