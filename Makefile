@@ -22,7 +22,7 @@ CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_
 CXX ?= g++
 CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -pedantic -Iinclude
 
-.PHONY: demo quickstart example-cpp test build header install rust-test nofeature-test python-test capi-test sanitize-test fuzz bench clean
+.PHONY: demo quickstart example-cpp test build header install rust-test nofeature-test notorch-build notorch-test python-test capi-test sanitize-test fuzz bench clean
 
 demo: build build/examples/train_tinylm
 	build/examples/train_tinylm
@@ -34,7 +34,7 @@ example-cpp: build build/examples/train_mlp
 	build/examples/train_mlp
 
 # Ends with the C suites' "name: N passed, N failed" lines.
-test: build rust-test nofeature-test python-test capi-test sanitize-test
+test: build rust-test nofeature-test python-test capi-test notorch-test sanitize-test
 
 # Programs linked with -lenkai_tensor load it by its SONAME (libenkai_tensor.so.<ABI
 # major>, set in build.rs): the link in target/release lets them find it there.
@@ -57,6 +57,25 @@ rust-test: build
 # The core (handles, errors, strings, JSON) without libtorch.
 nofeature-test:
 	cargo test --no-default-features
+
+# The libtorch-free library (only the native backend), built as a CPU-only
+# user builds it, in its own target directory: libtorch must not be among its
+# dependencies, and the C suites that need no training state run against it
+# (the programs load it by SONAME; LD_LIBRARY_PATH overrides their RUNPATH).
+# The client loop and the stress test train (AdamW, GradScaler): they join
+# when those run on native tensors.
+NOTORCH_DIR := target/notorch/release
+NOTORCH := $(NOTORCH_DIR)/libenkai_tensor.so
+NOTORCH_TESTS := build/capi/test_lifecycle build/capi/test_dlpack build/capi/test_threads
+notorch-build:
+	cargo build --release --no-default-features --target-dir target/notorch
+	ln -sf libenkai_tensor.so $(NOTORCH_DIR)/$$(readelf -d $(NOTORCH) | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+
+notorch-test: notorch-build $(NOTORCH_TESTS) build/capi/fuzz
+	@if ldd $(NOTORCH) | grep -i torch; then echo "libtorch in the libtorch-free build"; exit 1; fi
+	@for t in $(NOTORCH_TESTS); do echo "== $$t (libtorch-free, valgrind)"; \
+	  LD_LIBRARY_PATH=$(CURDIR)/$(NOTORCH_DIR) $(VALGRIND) $$t $(CURDIR)/$(NOTORCH); done
+	LD_LIBRARY_PATH=$(CURDIR)/$(NOTORCH_DIR) build/capi/fuzz 100000 $(FUZZ_SEED)
 
 # The multi-rank tests launch build/capi/dist_worker and the demo under torchrun.
 python-test: build build/capi/dist_worker build/examples/train_tinylm
@@ -124,7 +143,8 @@ fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000
 
 # Benchmarks print ratios taken in one run; they are not tests.
-bench: build build/bench/ops_c build/bench/tinylm_c
+bench: build build/bench/ops_c build/bench/tinylm_c build/bench/native_c
+	build/bench/native_c
 	cargo bench --bench handles
 	cargo bench --bench ops_tch --no-run
 	python benches/ops_compare.py build/bench/ops_c "$$(ls -t target/release/deps/ops_tch-* | grep -v '\.d$$' | head -1)"

@@ -507,7 +507,7 @@ OP(unary) {
 
 OP(layout) {
     int64_t x = tensor(), h;
-    int w = below(6);
+    int w = below(7);
     int64_t a = dim_arg(), b = dim_arg(), c = chance(80) ? below(6) - 1 : int_arg(), st = chance(80) ? below(3) : int_arg();
     static const char *const targets[] = {"[-1]", "[2,-1]", "[-1,2]", "[1,-1,1]", "[6]", "[3,2]", "[0]", "[-1,-1]", "[]"};
     const char *s = chance(85) ? PICK(targets) : shape_str();
@@ -520,6 +520,12 @@ OP(layout) {
     case 4: {
         const char *l = chance(50) ? handle_list(0, K_TENSOR) : live_tensor_list(0);
         CALL(enkai_tensor_concat); logcall("concat(%.60s, %" PRId64 ")", l ? l : "NULL", a); h = enkai_tensor_concat(l, a); break;
+    }
+    case 5: {
+        static const char *const names[] = {"torch", "cpu", "cuda", ""};
+        const char *n = chance(90) ? PICK(names) : hostile_string();
+        CALL(enkai_tensor_to_backend); logcall("to_backend(%" PRId64 ", %.20s)", x, n ? n : "NULL"); h = enkai_tensor_to_backend(x, n);
+        break;
     }
     default: {
         const char *d = dtype_str();

@@ -343,9 +343,11 @@ int enkai_tensor_clip_grad_norm_multi(const char *grads,
 int enkai_backend_list(char **out, size_t *out_len);
 
 /**
- * Selects the backend that creates new tensors, process-wide: `torch` or `cpu`
- * (libtorch restricted to the CPU). Returns 0, or 1 with `E_NULL_POINTER`,
- * `E_INVALID_ARG`, `E_BACKEND_UNKNOWN` or `E_BACKEND_UNAVAILABLE`.
+ * Selects the backend that creates new tensors, process-wide: `torch`
+ * (libtorch) or `cpu` (the native Rust backend). Overrides `ENKAI_BACKEND`,
+ * which otherwise picks the default (torch when built in, else cpu).
+ * Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`,
+ * `E_BACKEND_UNKNOWN` or `E_BACKEND_UNAVAILABLE`.
  *
  * # Safety
  * `name` is NULL or a NUL-terminated string.
@@ -360,6 +362,19 @@ int enkai_backend_set(const char *name);
  * `out` and `out_len` are NULL or valid for one write.
  */
 int enkai_backend_current(char **out, size_t *out_len);
+
+/**
+ * Copies tensor `t` to backend `name` (`torch` or `cpu`): a new handle owned
+ * by the caller, same shape, dtype and values, contiguous, on the CPU, with
+ * no autograd history. On its own backend, a new handle on `t` itself (as
+ * `Tensor.to` on the same device). Returns 0 on error: `E_NULL_POINTER`,
+ * `E_INVALID_ARG`, `E_HANDLE_*`, `E_BACKEND_UNKNOWN`,
+ * `E_BACKEND_UNAVAILABLE`, `E_RESOURCE`, `E_TORCH`.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_tensor_to_backend(int64_t t, const char *name);
 
 /**
  * A new device handle for `cpu`, `cuda`, `cuda:N` or `auto` (cuda:0 when CUDA

@@ -67,7 +67,7 @@ fn with_state<R>(scaler: i64, f: impl FnOnce(&Scaler, &mut ScaleState) -> Result
 /// The scale tensors, created on `dev` when first needed (PyTorch's lazy init).
 fn tensors<'a>(s: &Scaler, st: &'a mut ScaleState, dev: Device) -> Result<&'a (Raw, Raw)> {
     if st.tensors.is_none() {
-        st.tensors = Some(imp::scaler_state(s.init_scale, dev)?);
+        st.tensors = Some(imp::scaler_state(crate::backend::active(), s.init_scale, dev)?);
     }
     Ok(st.tensors.as_ref().expect("just set"))
 }
@@ -211,6 +211,6 @@ pub fn scaler_import(x: ScalerExport) -> Result<i64> {
         crate::bail!(E_CKPT_FORMAT, "scaler.json: growth_tracker {} is not a non-negative int32", x.growth_tracker);
     }
     // The state is built before the handle exists: a failing import creates nothing.
-    s.state.get_mut().unwrap_or_else(|p| p.into_inner()).tensors = Some(imp::scaler_state_with(x.scale, x.growth_tracker, Device::Cpu)?);
+    s.state.get_mut().unwrap_or_else(|p| p.into_inner()).tensors = Some(imp::scaler_state_with(crate::backend::active(), x.scale, x.growth_tracker, Device::Cpu)?);
     SCALERS.insert(s)
 }

@@ -208,12 +208,12 @@ pub unsafe fn from_dlpack(m: *mut DLManagedTensorVersioned) -> Result<i64> {
         }
     };
     let raw = if view.read_only {
-        let copy = unsafe { imp::copy_foreign(view.data, &view.shape, &view.strides, view.dtype, view.device) };
+        let copy = unsafe { imp::copy_foreign(b, view.data, &view.shape, &view.strides, view.dtype, view.device) };
         unsafe { release_foreign(m.cast()) };
         copy?
     } else {
         unsafe {
-            imp::wrap_foreign(view.data, &view.shape, &view.strides, view.dtype, view.device, release_foreign, m.cast())?
+            imp::wrap_foreign(b, view.data, &view.shape, &view.strides, view.dtype, view.device, release_foreign, m.cast())?
         }
     };
     tensor::register(b, raw)

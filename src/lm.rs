@@ -198,7 +198,7 @@ pub fn init(spec: &LmSpec, dev: i64, seed: i64) -> Result<Vec<i64>> {
     let d = tensor::device(dev)?;
     let b = backend::active_built()?;
     b.check_device(d)?;
-    let raws = imp::lm_init(&spec.layout(), d, seed)?;
+    let raws = imp::lm_init(b, &spec.layout(), d, seed)?;
     let mut out = Vec::with_capacity(raws.len());
     for r in raws {
         match tensor::register(b, r) {
@@ -226,14 +226,15 @@ fn tiny_spec_of(params: &[crate::handles::Ref<'_, backend::Tensor>], n_heads: i6
     LmSpec::tiny(tok[0], pos[0], tok[1], ((n - 6) / 12) as i64, n_heads)
 }
 
-fn ids(what: &str, data: &[u32], batch: i64, seq: i64, vocab: i64, dev: crate::device::Device) -> Result<imp::Raw> {
+fn ids(what: &str, data: &[u32], batch: i64, seq: i64, m: &Model) -> Result<imp::Raw> {
+    let vocab = m.spec.vocab;
     if batch <= 0 || seq <= 0 || batch.checked_mul(seq) != Some(data.len() as i64) {
         crate::bail!(E_SHAPE, "forward: {} {what} ids given for batch {batch} x seq {seq}", data.len());
     }
     if let Some(i) = data.iter().position(|&t| i64::from(t) >= vocab) {
         crate::bail!(E_INVALID_ARG, "forward: {what} id {} at position {i} is not below vocab_size {vocab}", data[i]);
     }
-    imp::from_bytes(&tensor::ids_as_int64(data), &[batch, seq], DType::I64, dev)
+    imp::from_bytes(m.backend, &tensor::ids_as_int64(data), &[batch, seq], DType::I64, m.dev)
 }
 
 /// Borrowed params checked against `spec` (or the TinyLM spec their shapes imply).
@@ -274,8 +275,8 @@ fn model(params: &str, spec: Option<&LmSpec>, n_heads: i64, seq: i64) -> Result<
 #[allow(clippy::too_many_arguments)]
 pub fn forward(params: &str, spec: Option<&LmSpec>, n_heads: i64, input: &[u32], target: &[u32], batch: i64, seq: i64, training: bool) -> Result<i64> {
     let m = model(params, spec, n_heads, seq)?;
-    let x = ids("input", input, batch, seq, m.spec.vocab, m.dev)?;
-    let y = ids("target", target, batch, seq, m.spec.vocab, m.dev)?;
+    let x = ids("input", input, batch, seq, &m)?;
+    let y = ids("target", target, batch, seq, &m)?;
     let raws: Vec<&imp::Raw> = m.params.iter().map(|p| &p.raw).collect();
     let loss = imp::lm_forward(&raws, &m.spec, &x, &y, training)?;
     tensor::register(m.backend, loss)
@@ -284,7 +285,7 @@ pub fn forward(params: &str, spec: Option<&LmSpec>, n_heads: i64, input: &[u32],
 /// The logits `[batch, seq, vocab]` of the model on `input` (no dropout); a new handle.
 pub fn logits(params: &str, spec: &LmSpec, input: &[u32], batch: i64, seq: i64) -> Result<i64> {
     let m = model(params, Some(spec), spec.n_heads, seq)?;
-    let x = ids("input", input, batch, seq, m.spec.vocab, m.dev)?;
+    let x = ids("input", input, batch, seq, &m)?;
     let raws: Vec<&imp::Raw> = m.params.iter().map(|p| &p.raw).collect();
     tensor::register(m.backend, imp::lm_logits(&raws, &m.spec, &x)?)
 }

@@ -1,6 +1,7 @@
 //! Tensor operations over handles. Each op makes one backend call; the
 //! checks that give precise messages (`E_SHAPE: matmul [2,3] x [4,5]`) run
-//! only after libtorch has refused, so the success path pays nothing for them.
+//! only after a backend has refused, so the success path pays nothing for
+//! them, and both backends refuse in the same words.
 
 use crate::backend::{self, imp, imp::Raw, Tensor};
 use crate::dtype::DType;
@@ -67,8 +68,12 @@ fn lookup<const N: usize>(hs: [i64; N]) -> Result<[Ref<'static, Tensor>; N]> {
 /// Why libtorch refused: devices first, then the op's own explanation, then
 /// dtypes, and libtorch's message (prefixed with the op) when none applies.
 fn diagnose(op: &str, ts: &[&Tensor], e: Error, explain: impl FnOnce() -> Option<Error>) -> Error {
-    if e.code != Code::E_TORCH {
-        return e;
+    match e.code {
+        Code::E_TORCH => {}
+        // A backend's own shape or dtype refusal: the core's explanation, when
+        // it has one, so that both backends say the same thing.
+        Code::E_SHAPE | Code::E_DTYPE => return explain().unwrap_or(e),
+        _ => return e,
     }
     let devs: Vec<_> = ts.iter().map(|t| imp::device(&t.raw)).collect();
     if let Some(d) = devs.iter().find(|d| **d != devs[0]) {
@@ -80,6 +85,12 @@ fn diagnose(op: &str, ts: &[&Tensor], e: Error, explain: impl FnOnce() -> Option
     let dts: Vec<_> = ts.iter().filter_map(|t| imp::dtype(&t.raw).ok()).collect();
     if let Some(d) = dts.iter().find(|d| **d != dts[0]) {
         return crate::err!(E_DTYPE, "{op}: inputs are {} and {}", dts[0].name(), d.name());
+    }
+    // ATen's dtype dispatch refuses a dtype a kernel lacks in these words
+    // ("\"addmm_impl_cpu_\" not implemented for 'Bool'"): a dtype error, as
+    // the native backend reports it.
+    if e.detail.contains("not implemented for '") {
+        return crate::err!(E_DTYPE, "{op}: {}", e.detail);
     }
     crate::err!(E_TORCH, "{op}: {}", e.detail)
 }
@@ -155,7 +166,12 @@ pub fn binary(op: Binary, a: i64, b: i64) -> Result<i64> {
     let (name, sym) = op.name();
     run(name, [a, b], |[a, b]| imp::binary(op, a, b), |[a, b]| {
         let (sa, sb) = (shape(a), shape(b));
-        broadcast(&sa, &sb).is_none().then(|| crate::err!(E_SHAPE, "{name} {} {sym} {}", fmt(&sa), fmt(&sb)))
+        if broadcast(&sa, &sb).is_none() {
+            return Some(crate::err!(E_SHAPE, "{name} {} {sym} {}", fmt(&sa), fmt(&sb)));
+        }
+        let is_bool = |t: &Tensor| imp::dtype(&t.raw).ok() == Some(DType::Bool);
+        (op == Binary::Sub && (is_bool(a) || is_bool(b)))
+            .then(|| crate::err!(E_DTYPE, "sub: subtraction with a bool tensor is not supported (use logical_xor / logical_not)"))
     })
 }
 

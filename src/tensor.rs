@@ -55,6 +55,20 @@ fn target(dev: i64) -> Result<(backend::BackendId, Device)> {
     Ok((b, d))
 }
 
+/// A copy of `h` made by backend `to` (or a new handle on it when it is already there).
+pub fn to_backend(h: i64, to: backend::BackendId) -> Result<i64> {
+    if !to.is_built() {
+        crate::bail!(E_BACKEND_UNAVAILABLE, "backend {:?} is not built in (built without the torch feature)", to.name());
+    }
+    let t = get(h)?;
+    if t.backend == to {
+        return register(to, imp::shallow(&t.raw));
+    }
+    let (shape, dtype) = (imp::shape(&t.raw), imp::dtype(&t.raw)?);
+    let raw = imp::with_bytes(&t.raw, |b| imp::from_bytes(to, b, &shape, dtype, Device::Cpu))?;
+    register(to, raw)
+}
+
 pub fn create(shape: &[i64], dtype: DType, dev: i64, init: Init) -> Result<i64> {
     let (b, d) = target(dev)?;
     numel_of(shape)?;
@@ -66,7 +80,7 @@ pub fn create(shape: &[i64], dtype: DType, dev: i64, init: Init) -> Result<i64> 
             crate::bail!(E_INVALID_ARG, "full: value {v} cannot be converted to {} without overflow", dtype.name());
         }
     }
-    register(b, imp::fill(shape, dtype, d, init)?)
+    register(b, imp::fill(b, shape, dtype, d, init)?)
 }
 
 pub fn from_data(bytes: &[u8], shape: &[i64], dtype: DType, dev: i64) -> Result<i64> {
@@ -87,7 +101,7 @@ pub fn from_data(bytes: &[u8], shape: &[i64], dtype: DType, dev: i64) -> Result<
             crate::bail!(E_INVALID_ARG, "from_data: bool byte {i} is {} (must be 0 or 1)", bytes[i]);
         }
     }
-    register(b, imp::from_bytes(bytes, shape, dtype, d)?)
+    register(b, imp::from_bytes(b, bytes, shape, dtype, d)?)
 }
 
 /// The size in bytes of the tensor's elements, contiguous.

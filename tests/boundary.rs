@@ -8,6 +8,8 @@ use common::*;
 use enkai_tensor::error::Code;
 use enkai_tensor::ffi::backend::*;
 use enkai_tensor::ffi::library::*;
+#[cfg(not(feature = "torch"))]
+use enkai_tensor::ffi::ops::*;
 use enkai_tensor::ffi::tensor::*;
 use enkai_tensor::ffi::{guard, status};
 
@@ -121,20 +123,27 @@ fn abi_version_is_1_x() {
 
 #[cfg(not(feature = "torch"))]
 #[test]
-fn without_torch_tensor_functions_report_unavailable() {
+fn without_torch_only_the_native_backend_exists() {
     let _s = serial();
+    assert_eq!(out_string(|p, n| unsafe { enkai_backend_list(p, n) }).unwrap(), r#"["cpu"]"#);
+    assert_eq!(out_string(|p, n| unsafe { enkai_backend_current(p, n) }).unwrap(), "cpu");
+    assert_eq!(unsafe { enkai_backend_set(c("torch").as_ptr()) }, 1);
+    assert_err(Code::E_BACKEND_UNAVAILABLE);
+    assert_eq!(unsafe { enkai_backend_set(c("cpu").as_ptr()) }, 0);
     let d = unsafe { enkai_tensor_device(c("cpu").as_ptr()) };
     assert!(d > 0);
-    let t = unsafe { enkai_tensor_zeros(c("[2]").as_ptr(), c("fp32").as_ptr(), d) };
-    assert_eq!(t, 0);
-    let msg = assert_err(Code::E_BACKEND_UNAVAILABLE);
-    assert_eq!(msg, "E_BACKEND_UNAVAILABLE: built without the torch feature");
-    assert_eq!(enkai_tensor_manual_seed(1), 1);
+    let t = unsafe { enkai_tensor_ones(c("[2]").as_ptr(), c("fp32").as_ptr(), d) };
+    assert!(t > 0, "{:?}", last());
+    let s = enkai_tensor_add(t, t);
+    let total = enkai_tensor_sum(s, -1, 0);
+    assert_eq!(enkai_tensor_item(total), 4.0);
+    assert_eq!(unsafe { enkai_tensor_to_backend(t, c("torch").as_ptr()) }, 0);
     assert_err(Code::E_BACKEND_UNAVAILABLE);
-    assert_eq!(unsafe { enkai_backend_set(c("cpu").as_ptr()) }, 1);
-    assert_err(Code::E_BACKEND_UNAVAILABLE);
-    assert_eq!(out_string(|p, n| unsafe { enkai_backend_list(p, n) }).unwrap(), "[]");
+    assert_eq!(enkai_tensor_manual_seed(1), 0);
     assert_eq!(unsafe { enkai_tensor_device(c("cuda").as_ptr()) }, 0);
     assert_err(Code::E_DEVICE);
+    for h in [t, s, total] {
+        assert_eq!(enkai_tensor_free(h), 0);
+    }
     enkai_tensor_device_free(d);
 }

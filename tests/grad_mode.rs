@@ -18,7 +18,7 @@ use enkai_tensor::ffi::tensor::*;
 #[test]
 fn autograd_works_after_a_panic_inside_a_no_grad_scope() {
     let _s = serial();
-    let int = imp::from_bytes(&[0u8; 24], &[3], DType::I64, enkai_tensor::device::Device::Cpu).unwrap();
+    let int = imp::from_bytes(enkai_tensor::backend::BackendId::Torch, &[0u8; 24], &[3], DType::I64, enkai_tensor::device::Device::Cpu).unwrap();
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let unwound = std::panic::catch_unwind(|| imp::clip_grad_norm(&[&int], 1.0, 2.0));

@@ -631,6 +631,10 @@ class Tensor:
     def to_dtype(self, dtype: str) -> "Tensor":
         return _wrap(lib.enkai_tensor_to_dtype(self.handle, _enc(dtype)))
 
+    def to_backend(self, name: str) -> "Tensor":
+        """A copy made by backend `name` ("torch" or "cpu"), with no autograd history."""
+        return _wrap(lib.enkai_tensor_to_backend(self.handle, _enc(name)))
+
     def to_device(self, dev: DeviceLike) -> "Tensor":
         return _wrap(lib.enkai_tensor_to_device(self.handle, _dev(dev).handle))
 

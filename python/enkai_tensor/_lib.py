@@ -81,6 +81,7 @@ SIGNATURES = {
     "enkai_tensor_cross_entropy": (c_i64, [c_i64, c_i64]),
     "enkai_tensor_to_device": (c_i64, [c_i64, c_i64]),
     "enkai_tensor_to_dtype": (c_i64, [c_i64, c_str]),
+    "enkai_tensor_to_backend": (c_i64, [c_i64, c_str]),
     "enkai_tensor_detach": (c_i64, [c_i64]),
     "enkai_tensor_require_grad": (c_i64, [c_i64]),
     "enkai_tensor_backward": (c_int, [c_i64]),

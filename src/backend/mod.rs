@@ -1,25 +1,23 @@
-//! The compute backends behind the ABI. Only `backend/torch/` names `tch`;
-//! everything else talks to the backend through the functions re-exported here
-//! as `imp`, which are the torch ones or, in a build without the `torch`
-//! feature, ones that report `E_BACKEND_UNAVAILABLE`.
+//! The compute backends behind the ABI: libtorch (`torch/`, the only code
+//! naming `tch`, absent without the `torch` feature) and the native Rust CPU
+//! backend (`native/`, always built). Everything else talks to them through
+//! `imp` (`dispatch.rs`), whose `Raw` is a tensor of either.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::device::Device;
 use crate::error::Result;
 
+pub mod dispatch;
+pub mod native;
+#[cfg(not(feature = "torch"))]
+mod none;
 #[cfg(feature = "torch")]
 pub mod torch;
-#[cfg(feature = "torch")]
-pub use self::torch as imp;
 
-#[cfg(not(feature = "torch"))]
-pub mod none;
-#[cfg(not(feature = "torch"))]
-pub use self::none as imp;
+pub use self::dispatch as imp;
 
-/// Which backend created a tensor. `Cpu` is libtorch restricted to the CPU
-/// until the native CPU backend lands.
+/// Which backend created a tensor: libtorch, or the native CPU backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum BackendId {
@@ -45,7 +43,10 @@ impl BackendId {
 
     /// Whether this build contains the backend.
     pub fn is_built(self) -> bool {
-        imp::BUILT
+        match self {
+            BackendId::Torch => cfg!(feature = "torch"),
+            BackendId::Cpu => true,
+        }
     }
 
     /// Fails unless `dev` is a device this backend computes on.
@@ -59,12 +60,35 @@ impl BackendId {
     }
 }
 
-static ACTIVE: AtomicU8 = AtomicU8::new(BackendId::Torch as u8);
+/// `UNSET` until the first question, which reads `ENKAI_BACKEND`.
+const UNSET: u8 = u8::MAX;
+static ACTIVE: AtomicU8 = AtomicU8::new(UNSET);
+
+/// The default: `ENKAI_BACKEND` when it names a backend, else torch when built in, else cpu.
+fn default_backend() -> BackendId {
+    match std::env::var("ENKAI_BACKEND").ok().and_then(|v| BackendId::parse(v.trim()).ok()) {
+        Some(b) => b,
+        None if BackendId::Torch.is_built() => BackendId::Torch,
+        None => BackendId::Cpu,
+    }
+}
 
 pub fn active() -> BackendId {
-    match ACTIVE.load(Ordering::Relaxed) {
-        1 => BackendId::Cpu,
-        _ => BackendId::Torch,
+    let v = match ACTIVE.load(Ordering::Relaxed) {
+        UNSET => {
+            let d = default_backend() as u8;
+            // A concurrent `set_active` wins over the environment.
+            match ACTIVE.compare_exchange(UNSET, d, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => d,
+                Err(now) => now,
+            }
+        }
+        v => v,
+    };
+    if v == BackendId::Cpu as u8 {
+        BackendId::Cpu
+    } else {
+        BackendId::Torch
     }
 }
 
@@ -74,19 +98,41 @@ pub fn set_active(id: BackendId) -> Result<()> {
         crate::bail!(E_BACKEND_UNAVAILABLE, "backend {:?} is not built in (built without the torch feature)", id.name());
     }
     ACTIVE.store(id as u8, Ordering::Relaxed);
+    EXPLICIT.store(true, Ordering::Relaxed);
     Ok(())
 }
+
+/// A bad `ENKAI_BACKEND` is an error at the first call that needs a backend,
+/// naming the variable, rather than a silent fallback.
+fn check_env() -> Result<()> {
+    static CHECKED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let bad = CHECKED.get_or_init(|| {
+        let v = std::env::var("ENKAI_BACKEND").ok()?;
+        BackendId::parse(v.trim()).err().map(|_| v)
+    });
+    match bad {
+        Some(v) if !EXPLICIT.load(Ordering::Relaxed) => {
+            crate::bail!(E_BACKEND_UNKNOWN, "ENKAI_BACKEND={v:?} names no backend (known: torch, cpu)")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether `enkai_backend_set` was called (it overrides a bad environment).
+static EXPLICIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Names of the backends this build contains.
 pub fn built() -> Vec<&'static str> {
     [BackendId::Torch, BackendId::Cpu].into_iter().filter(|b| b.is_built()).map(BackendId::name).collect()
 }
 
-/// The active backend, failing in a build that has none.
+/// The active backend, failing when the environment named one not built in
+/// (or none at all).
 pub fn active_built() -> Result<BackendId> {
+    check_env()?;
     let id = active();
     if !id.is_built() {
-        return Err(imp::unavailable());
+        crate::bail!(E_BACKEND_UNAVAILABLE, "ENKAI_BACKEND={:?}: that backend is not built in (built without the torch feature)", id.name());
     }
     Ok(id)
 }

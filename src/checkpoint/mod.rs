@@ -155,7 +155,7 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Par
     }
     // The generator's state, so that a resumed run draws the same dropout masks.
     if backend::active_built().is_ok() {
-        let rng = imp::rng_state()?;
+        let rng = imp::rng_state(backend::active())?;
         let mut m = BTreeMap::new();
         m.insert("format".into(), "enkai-rng-1".into());
         plan.insert(RNG.into(), tensors_file(vec![("torch.cpu".into(), rng)], &m)?);
@@ -285,7 +285,7 @@ fn read_tensors(r: &mut fsutil::HashingReader, what: &str) -> std::result::Resul
     let mut tensors = BTreeMap::new();
     for l in layouts {
         r.skip(data_start + l.begin - r.pos())?;
-        let raw = imp::filled_cpu(&l.shape, l.dtype, |dst| r.read_into(dst))?;
+        let raw = imp::filled_cpu(backend::active(), &l.shape, l.dtype, |dst| r.read_into(dst))?;
         tensors.insert(l.name, raw);
     }
     Ok(Loaded::Tensors(tensors, metadata))

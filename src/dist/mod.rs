@@ -203,7 +203,7 @@ fn agree(up: &Up, call: &str, sig: Result<i64>) -> Result<()> {
         Err(_) => (0, 0),
     };
     let bytes: Vec<u8> = [ok, s, -s].iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let t = imp::from_bytes(&bytes, &[3], DType::I64, Device::Cpu)?;
+    let t = imp::from_bytes(imp::dist_backend(), &bytes, &[3], DType::I64, Device::Cpu)?;
     imp::dist_allreduce(g, &[&t], ReduceOp::Min.code(), 1.0).map_err(|e| comm_err(call, e))?;
     let mut out = [0u8; 24];
     imp::copy_to(&t, &mut out)?;
@@ -410,7 +410,7 @@ pub fn multi_rank_group() -> Result<Option<(i64, i64)>> {
 /// own agreements such as a checkpoint commit.
 pub fn exchange(call: &'static str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
     let gather = |up: &Up, g: &imp::Group, bytes: &[u8], shape: i64, dtype: DType| -> Result<Vec<u8>> {
-        let t = imp::from_bytes(bytes, &[shape], dtype, Device::Cpu)?;
+        let t = imp::from_bytes(imp::dist_backend(), bytes, &[shape], dtype, Device::Cpu)?;
         let all = imp::dist_allgather(g, &t, up.world).map_err(|e| comm_err(call, e))?;
         let mut out = vec![0u8; bytes.len() * up.world as usize];
         imp::copy_to(&all, &mut out)?;

@@ -22,9 +22,11 @@ pub unsafe extern "C" fn enkai_backend_list(out: *mut *mut c_char, out_len: *mut
     })
 }
 
-/// Selects the backend that creates new tensors, process-wide: `torch` or `cpu`
-/// (libtorch restricted to the CPU). Returns 0, or 1 with `E_NULL_POINTER`,
-/// `E_INVALID_ARG`, `E_BACKEND_UNKNOWN` or `E_BACKEND_UNAVAILABLE`.
+/// Selects the backend that creates new tensors, process-wide: `torch`
+/// (libtorch) or `cpu` (the native Rust backend). Overrides `ENKAI_BACKEND`,
+/// which otherwise picks the default (torch when built in, else cpu).
+/// Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`,
+/// `E_BACKEND_UNKNOWN` or `E_BACKEND_UNAVAILABLE`.
 ///
 /// # Safety
 /// `name` is NULL or a NUL-terminated string.
@@ -41,6 +43,20 @@ pub unsafe extern "C" fn enkai_backend_set(name: *const c_char) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn enkai_backend_current(out: *mut *mut c_char, out_len: *mut usize) -> c_int {
     status(|| unsafe { OutStr::new(out, out_len)? }.write(backend::active().name()))
+}
+
+/// Copies tensor `t` to backend `name` (`torch` or `cpu`): a new handle owned
+/// by the caller, same shape, dtype and values, contiguous, on the CPU, with
+/// no autograd history. On its own backend, a new handle on `t` itself (as
+/// `Tensor.to` on the same device). Returns 0 on error: `E_NULL_POINTER`,
+/// `E_INVALID_ARG`, `E_HANDLE_*`, `E_BACKEND_UNKNOWN`,
+/// `E_BACKEND_UNAVAILABLE`, `E_RESOURCE`, `E_TORCH`.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_tensor_to_backend(t: i64, name: *const c_char) -> i64 {
+    guard(|| tensor::to_backend(t, BackendId::parse(unsafe { str_arg(name, "name")? })?))
 }
 
 /// A new device handle for `cpu`, `cuda`, `cuda:N` or `auto` (cuda:0 when CUDA

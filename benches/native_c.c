@@ -1,0 +1,140 @@
+/* `make bench`, native backend: each case timed on the torch backend and on
+ * the native (cpu) backend in this one process, same thread count, and the
+ * ratio printed. Best of 7 rounds. */
+#define _POSIX_C_SOURCE 199309L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "enkai_tensor.h"
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int64_t must(int64_t h) {
+    if (h == 0) {
+        fprintf(stderr, "bench: %s\n", enkai_tensor_last_error());
+        exit(1);
+    }
+    return h;
+}
+
+static void ok(int rc) {
+    if (rc != 0) {
+        fprintf(stderr, "bench: %s\n", enkai_tensor_last_error());
+        exit(1);
+    }
+}
+
+/* The inputs of one case, made on the active backend. */
+typedef struct {
+    int64_t t[4];
+} inputs;
+
+typedef void (*setup_fn)(inputs *in, int64_t dev);
+typedef void (*step_fn)(const inputs *in);
+
+static void free_all(inputs *in) {
+    for (int i = 0; i < 4; i++)
+        if (in->t[i]) enkai_tensor_free(in->t[i]);
+}
+
+static void setup_add(inputs *in, int64_t dev) {
+    in->t[0] = must(enkai_tensor_randn("[4]", "fp32", dev));
+    in->t[1] = must(enkai_tensor_randn("[4]", "fp32", dev));
+}
+static void step_add(const inputs *in) { enkai_tensor_free(must(enkai_tensor_add(in->t[0], in->t[1]))); }
+
+static void setup_mm(inputs *in, int64_t dev) {
+    in->t[0] = must(enkai_tensor_randn("[512,512]", "fp32", dev));
+    in->t[1] = must(enkai_tensor_randn("[512,512]", "fp32", dev));
+}
+static void step_mm(const inputs *in) { enkai_tensor_free(must(enkai_tensor_matmul(in->t[0], in->t[1]))); }
+
+/* Forward, a scalar loss, backward: the loss is sum(y * r) so every output matters. */
+static void loss_backward(int64_t y, int64_t r) {
+    int64_t p = must(enkai_tensor_mul(y, r));
+    int64_t l = must(enkai_tensor_sum(p, -1, 0));
+    ok(enkai_tensor_backward(l));
+    enkai_tensor_free(l);
+    enkai_tensor_free(p);
+    enkai_tensor_free(y);
+}
+
+static void setup_ln(inputs *in, int64_t dev) {
+    in->t[0] = enkai_tensor_require_grad(must(enkai_tensor_randn("[32,256]", "fp32", dev)));
+    in->t[1] = enkai_tensor_require_grad(must(enkai_tensor_ones("[256]", "fp32", dev)));
+    in->t[2] = enkai_tensor_require_grad(must(enkai_tensor_zeros("[256]", "fp32", dev)));
+    in->t[3] = must(enkai_tensor_randn("[32,256]", "fp32", dev));
+}
+static void step_ln(const inputs *in) {
+    int64_t y = must(enkai_tensor_layernorm(in->t[0], in->t[1], in->t[2], 1e-5));
+    int64_t z = must(enkai_tensor_gelu(y));
+    enkai_tensor_free(y);
+    loss_backward(z, in->t[3]);
+}
+
+static void setup_sm(inputs *in, int64_t dev) {
+    in->t[0] = enkai_tensor_require_grad(must(enkai_tensor_randn("[64,512]", "fp32", dev)));
+    in->t[1] = must(enkai_tensor_randn("[64,512]", "fp32", dev));
+}
+static void step_sm(const inputs *in) { loss_backward(must(enkai_tensor_softmax(in->t[0], -1)), in->t[1]); }
+
+static void setup_ce(inputs *in, int64_t dev) {
+    in->t[0] = enkai_tensor_require_grad(must(enkai_tensor_randn("[512,256]", "fp32", dev)));
+    uint32_t ids[512];
+    for (int i = 0; i < 512; i++) ids[i] = (uint32_t)(i * 37 % 256);
+    int64_t t = must(enkai_tensor_ids_u32(ids, 512, 1, 512, dev));
+    in->t[1] = must(enkai_tensor_reshape(t, "[512]"));
+    enkai_tensor_free(t);
+}
+static void step_ce(const inputs *in) {
+    int64_t l = must(enkai_tensor_cross_entropy(in->t[0], in->t[1]));
+    ok(enkai_tensor_backward(l));
+    enkai_tensor_free(l);
+}
+
+/* ns per step on backend `name`. */
+static double timed(const char *name, setup_fn setup, step_fn step, int iters) {
+    ok(enkai_backend_set(name));
+    int64_t dev = must(enkai_tensor_device("cpu"));
+    inputs in = {{0, 0, 0, 0}};
+    setup(&in, dev);
+    for (int i = 0; i < iters / 10 + 1; i++) step(&in);
+    double best = 1e30;
+    for (int r = 0; r < 7; r++) {
+        double t0 = now_ns();
+        for (int i = 0; i < iters; i++) step(&in);
+        double per = (now_ns() - t0) / iters;
+        if (per < best) best = per;
+    }
+    free_all(&in);
+    enkai_tensor_device_free(dev);
+    return best;
+}
+
+static void row(const char *what, setup_fn setup, step_fn step, int iters, double flops) {
+    double t = timed("torch", setup, step, iters), n = timed("cpu", setup, step, iters);
+    if (flops > 0)
+        printf("%-44s %10.1f %10.1f %8.2fx   (GFLOP/s; >1 = native faster)\n", what, flops / t, flops / n, t / n);
+    else
+        printf("%-44s %10.0f %10.0f %8.2fx   (ns; <1 = native faster)\n", what, t, n, n / t);
+}
+
+int main(void) {
+    printf("%-44s %10s %10s %9s\n", "what", "torch", "native", "ratio");
+    ok(enkai_set_num_threads(1));
+    row("add [4] fp32 (+free), 1 thread", setup_add, step_add, 200000, 0);
+    row("matmul 512^3 fp32, 1 thread", setup_mm, step_mm, 20, 2.0 * 512 * 512 * 512);
+    ok(enkai_set_num_threads(2));
+    row("matmul 512^3 fp32, 2 threads", setup_mm, step_mm, 20, 2.0 * 512 * 512 * 512);
+    ok(enkai_set_num_threads(1));
+    row("layernorm+gelu fwd+bwd 32x256, 1 thread", setup_ln, step_ln, 2000, 0);
+    row("softmax fwd+bwd 64x512, 1 thread", setup_sm, step_sm, 2000, 0);
+    row("cross_entropy fwd+bwd 512x256, 1 thread", setup_ce, step_ce, 500, 0);
+    return 0;
+}

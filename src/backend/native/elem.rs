@@ -1,0 +1,364 @@
+//! Element types: one Rust type per ABI dtype, the type each computes in
+//! (bf16 and fp16 in f32, as PyTorch's CPU kernels do), and conversions
+//! with the semantics of c10's `static_cast` between them.
+
+use half::{bf16, f16};
+
+use crate::dtype::DType;
+
+/// A bool element: one byte, 0 or 1 once written by a kernel (bytes the
+/// caller copied in may hold other values; every reader treats non-zero as true).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[repr(transparent)]
+pub struct B8(pub u8);
+
+/// A value in transit between element types: exact for every source.
+#[derive(Clone, Copy)]
+pub enum Sc {
+    F(f64),
+    I(i64),
+    B(bool),
+}
+
+/// What kernels compute in: wrapping integer arithmetic, IEEE floats, and
+/// bool as logical or/and.
+pub trait Arith: Copy + Send + Sync + PartialOrd + Default + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn div(self, o: Self) -> Self;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+}
+
+macro_rules! arith_float {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            #[inline(always)] fn add(self, o: Self) -> Self { self + o }
+            #[inline(always)] fn sub(self, o: Self) -> Self { self - o }
+            #[inline(always)] fn mul(self, o: Self) -> Self { self * o }
+            #[inline(always)] fn div(self, o: Self) -> Self { self / o }
+            #[inline(always)] fn to_f64(self) -> f64 { self as f64 }
+            #[inline(always)] fn from_f64(v: f64) -> Self { v as $t }
+        }
+    )*};
+}
+arith_float!(f32, f64);
+
+macro_rules! arith_int {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            #[inline(always)] fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+            #[inline(always)] fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
+            #[inline(always)] fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            // Integer division never runs: `div` promotes integers to fp32 first.
+            #[inline(always)] fn div(self, o: Self) -> Self { self.checked_div(o).unwrap_or(0) }
+            #[inline(always)] fn to_f64(self) -> f64 { self as f64 }
+            #[inline(always)] fn from_f64(v: f64) -> Self { v as i64 as $t }
+        }
+    )*};
+}
+arith_int!(i64, i32, u8);
+
+impl PartialOrd for B8 {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        (self.0 != 0).partial_cmp(&(o.0 != 0))
+    }
+}
+
+impl Arith for B8 {
+    const ZERO: Self = B8(0);
+    const ONE: Self = B8(1);
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        B8(u8::from(self.0 != 0 || o.0 != 0))
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        B8(u8::from((self.0 != 0) != (o.0 != 0)))
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        B8(u8::from(self.0 != 0 && o.0 != 0))
+    }
+    #[inline(always)]
+    fn div(self, o: Self) -> Self {
+        self.mul(o)
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(u8::from(self.0 != 0))
+    }
+    fn from_f64(v: f64) -> Self {
+        B8(u8::from(v != 0.0))
+    }
+}
+
+/// A storable element of one ABI dtype.
+pub trait Elem: Copy + Send + Sync + Default + 'static {
+    const DT: DType;
+    type Acc: Arith;
+    fn up(self) -> Self::Acc;
+    fn down(a: Self::Acc) -> Self;
+    fn to_sc(self) -> Sc;
+    fn from_sc(s: Sc) -> Self;
+}
+
+/// `static_cast<D>(s)` as c10 does it.
+#[inline(always)]
+pub fn cast<S: Elem, D: Elem>(s: S) -> D {
+    D::from_sc(s.to_sc())
+}
+
+macro_rules! elem_same {
+    ($t:ty, $dt:ident, $sc:ident, $from:expr) => {
+        impl Elem for $t {
+            const DT: DType = DType::$dt;
+            type Acc = $t;
+            #[inline(always)]
+            fn up(self) -> $t {
+                self
+            }
+            #[inline(always)]
+            fn down(a: $t) -> $t {
+                a
+            }
+            #[inline(always)]
+            fn to_sc(self) -> Sc {
+                Sc::$sc(self.into())
+            }
+            #[inline(always)]
+            fn from_sc(s: Sc) -> $t {
+                let f: fn(Sc) -> $t = $from;
+                f(s)
+            }
+        }
+    };
+}
+
+elem_same!(f32, F32, F, |s| match s {
+    Sc::F(v) => v as f32,
+    Sc::I(v) => v as f32,
+    Sc::B(b) => f32::from(u8::from(b)),
+});
+elem_same!(f64, F64, F, |s| match s {
+    Sc::F(v) => v,
+    Sc::I(v) => v as f64,
+    Sc::B(b) => f64::from(u8::from(b)),
+});
+// Out-of-range float-to-int casts are undefined in C++; PyTorch on x86 gives
+// what cvttsd2si gives, the "integer indefinite" value MIN, and so do these.
+fn f_to_i64(v: f64) -> i64 {
+    if v.is_nan() || !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&v) {
+        i64::MIN
+    } else {
+        v as i64
+    }
+}
+
+fn f_to_i32(v: f64) -> i32 {
+    if v.is_nan() || !(-2147483648.0..2147483648.0).contains(&v) {
+        i32::MIN
+    } else {
+        v as i32
+    }
+}
+
+elem_same!(i64, I64, I, |s| match s {
+    Sc::F(v) => f_to_i64(v),
+    Sc::I(v) => v,
+    Sc::B(b) => i64::from(b),
+});
+elem_same!(i32, I32, I, |s| match s {
+    Sc::F(v) => f_to_i32(v),
+    Sc::I(v) => v as i32,
+    Sc::B(b) => i32::from(b),
+});
+// c10 converts floats to uint8 through int64, so negatives wrap instead of being UB.
+elem_same!(u8, U8, I, |s| match s {
+    Sc::F(v) => f_to_i64(v) as u8,
+    Sc::I(v) => v as u8,
+    Sc::B(b) => u8::from(b),
+});
+
+impl Elem for B8 {
+    const DT: DType = DType::Bool;
+    type Acc = B8;
+    #[inline(always)]
+    fn up(self) -> B8 {
+        self
+    }
+    #[inline(always)]
+    fn down(a: B8) -> B8 {
+        a
+    }
+    #[inline(always)]
+    fn to_sc(self) -> Sc {
+        Sc::B(self.0 != 0)
+    }
+    #[inline(always)]
+    fn from_sc(s: Sc) -> B8 {
+        B8(u8::from(match s {
+            Sc::F(v) => v != 0.0,
+            Sc::I(v) => v != 0,
+            Sc::B(b) => b,
+        }))
+    }
+}
+
+// c10's Half and BFloat16 are built from a float: a double or an integer
+// is first converted to float, then rounded to nearest even.
+macro_rules! elem_half {
+    ($t:ty, $dt:ident) => {
+        impl Elem for $t {
+            const DT: DType = DType::$dt;
+            type Acc = f32;
+            #[inline(always)]
+            fn up(self) -> f32 {
+                self.to_f32()
+            }
+            #[inline(always)]
+            fn down(a: f32) -> $t {
+                <$t>::from_f32(a)
+            }
+            #[inline(always)]
+            fn to_sc(self) -> Sc {
+                Sc::F(self.to_f64())
+            }
+            #[inline(always)]
+            fn from_sc(s: Sc) -> $t {
+                <$t>::from_f32(f32::from_sc(s))
+            }
+        }
+    };
+}
+elem_half!(bf16, BF16);
+elem_half!(f16, F16);
+
+/// Runs `$body` with `$T` bound to the element type of `$dt`.
+macro_rules! with_elem {
+    ($dt:expr, $T:ident => $body:expr) => {{
+        use $crate::backend::native::elem::B8;
+        use $crate::dtype::DType;
+        match $dt {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::Bool => {
+                type $T = B8;
+                $body
+            }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use with_elem;
+
+/// As `with_elem`, for floating dtypes only; `$other` otherwise.
+macro_rules! with_float {
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
+        use $crate::dtype::DType;
+        match $dt {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            _ => $other,
+        }
+    }};
+}
+pub(crate) use with_float;
+
+/// Floating element types whose computing type is a real (f32 or f64).
+pub trait FloatElem: Elem<Acc = Self::Real> {
+    type Real: super::fused::Real + Arith;
+}
+impl FloatElem for f32 {
+    type Real = f32;
+}
+impl FloatElem for f64 {
+    type Real = f64;
+}
+impl FloatElem for bf16 {
+    type Real = f32;
+}
+impl FloatElem for f16 {
+    type Real = f32;
+}
+
+/// `torch.result_type` of two tensors: a dimensioned operand's dtype wins
+/// over a 0-dim one of the same category (bool < integer < floating).
+pub fn promote(a: DType, a_dim: bool, b: DType, b_dim: bool) -> DType {
+    fn category(d: DType) -> u8 {
+        match d {
+            DType::Bool => 0,
+            DType::U8 | DType::I32 | DType::I64 => 1,
+            _ => 2,
+        }
+    }
+    match (a_dim, b_dim) {
+        (true, false) if category(a) >= category(b) => a,
+        (false, true) if category(b) >= category(a) => b,
+        _ => promote_types(a, b),
+    }
+}
+
+/// `torch.promote_types`.
+pub fn promote_types(a: DType, b: DType) -> DType {
+    use DType::*;
+    if a == b {
+        return a;
+    }
+    match (a, b) {
+        (Bool, x) | (x, Bool) => x,
+        (F64, _) | (_, F64) => F64,
+        (F32, _) | (_, F32) => F32,
+        (BF16, F16) | (F16, BF16) => F32,
+        (BF16, _) | (_, BF16) => BF16,
+        (F16, _) | (_, F16) => F16,
+        (I64, _) | (_, I64) => I64,
+        (I32, _) | (_, I32) => I32,
+        (U8, U8) => U8,
+    }
+}

@@ -1,0 +1,264 @@
+//! Strided elementwise and reduction kernels. Every operand is a view
+//! (shape, strides, offset) over storage; the walk merges the dims that all
+//! operands traverse linearly, so a contiguous op is one flat loop that LLVM
+//! vectorises, and a transposed or broadcast one pays only for its inner
+//! strides.
+
+use rayon::prelude::*;
+
+use super::elem::{cast, Arith, Elem};
+use super::par;
+use super::tensor::Raw;
+use crate::error::Result;
+
+/// The outer dims of a walk (outermost first) and the inner loop.
+pub struct Walk<const N: usize> {
+    outer: Vec<(usize, [isize; N])>,
+    pub inner: usize,
+    pub inner_strides: [isize; N],
+}
+
+impl<const N: usize> Walk<N> {
+    /// Merges dims `i`, `i+1` when, for every operand, stride[i] == stride[i+1] * size[i+1].
+    pub fn new(shape: &[i64], strides: [&[i64]; N]) -> Walk<N> {
+        let mut dims: Vec<(usize, [isize; N])> = Vec::with_capacity(shape.len());
+        for (i, &d) in shape.iter().enumerate() {
+            if d == 1 {
+                continue;
+            }
+            let st: [isize; N] = std::array::from_fn(|k| strides[k][i] as isize);
+            if let Some(last) = dims.last_mut() {
+                if (0..N).all(|k| last.1[k] == st[k] * d as isize) {
+                    last.0 *= d as usize;
+                    last.1 = st;
+                    continue;
+                }
+            }
+            dims.push((d as usize, st));
+        }
+        let (inner, inner_strides) = dims.pop().unwrap_or((1, [0; N]));
+        Walk { outer: dims, inner, inner_strides }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.outer.iter().map(|d| d.0).product()
+    }
+
+    /// Calls `f` with each row's starting offsets (elements), rows `start..end`.
+    pub fn for_rows(&self, base: [isize; N], start: usize, end: usize, mut f: impl FnMut([isize; N])) {
+        if start >= end {
+            return;
+        }
+        let k = self.outer.len();
+        let mut idx = vec![0usize; k];
+        let mut rem = start;
+        for j in (0..k).rev() {
+            idx[j] = rem % self.outer[j].0;
+            rem /= self.outer[j].0;
+        }
+        let mut off = base;
+        for (i, d) in idx.iter().zip(&self.outer) {
+            for (o, s) in off.iter_mut().zip(d.1) {
+                *o += *i as isize * s;
+            }
+        }
+        for _ in start..end {
+            f(off);
+            for j in (0..k).rev() {
+                idx[j] += 1;
+                let (d, st) = self.outer[j];
+                for (o, s) in off.iter_mut().zip(st) {
+                    *o += s;
+                }
+                if idx[j] < d {
+                    break;
+                }
+                idx[j] = 0;
+                for (o, s) in off.iter_mut().zip(st) {
+                    *o -= s * d as isize;
+                }
+            }
+        }
+    }
+
+    /// `for_rows` over every row, split across the pool when the walk is large.
+    pub fn par_rows(&self, base: [isize; N], f: impl Fn([isize; N]) + Sync) {
+        let rows = self.rows();
+        let work = rows * self.inner;
+        if !par::parallel(work) || rows < 2 {
+            return self.for_rows(base, 0, rows, f);
+        }
+        let chunks = (par::threads() * 4).min(rows);
+        par::run(work, || {
+            (0..chunks).into_par_iter().for_each(|c| self.for_rows(base, rows * c / chunks, rows * (c + 1) / chunks, &f));
+        });
+    }
+}
+
+/// A raw pointer that may cross to pool threads: each row writes disjoint elements.
+#[derive(Clone, Copy)]
+pub struct Ptr<T>(pub *mut T);
+unsafe impl<T> Send for Ptr<T> {}
+unsafe impl<T> Sync for Ptr<T> {}
+
+impl<T> Ptr<T> {
+    pub fn of(t: &Raw) -> Ptr<T> {
+        Ptr(t.data_ptr().cast())
+    }
+    /// # Safety
+    /// `i` is inside the view this pointer came from.
+    #[inline(always)]
+    pub unsafe fn at(self, i: isize) -> *mut T {
+        self.0.offset(i)
+    }
+}
+
+/// The strides that view `t` as `shape` (numpy broadcasting; 0 on expanded dims).
+pub fn expand_strides(t: &Raw, shape: &[i64]) -> Vec<i64> {
+    let n = shape.len();
+    let k = t.dim();
+    (0..n)
+        .map(|i| {
+            if i + k < n {
+                return 0;
+            }
+            let j = i + k - n;
+            if t.shape()[j] == 1 && shape[i] != 1 {
+                0
+            } else {
+                t.strides()[j]
+            }
+        })
+        .collect()
+}
+
+/// `out[i] = f(x[i])` over `x` seen with `x_strides` in `out`'s (contiguous) shape.
+pub fn map_into<S: Elem, D: Elem>(out: &Raw, x: &Raw, x_strides: &[i64], f: impl Fn(S) -> D + Sync) {
+    let w = Walk::new(out.shape(), [out.strides(), x_strides]);
+    let (po, px) = (Ptr::<D>::of(out), Ptr::<S>::of(x));
+    let (n, [so, sx]) = (w.inner, w.inner_strides);
+    w.par_rows([0, 0], |[o, i]| unsafe {
+        // SAFETY: offsets come from the views' own shapes and strides.
+        let (po, px) = (po.at(o), px.at(i));
+        if so == 1 && sx == 1 {
+            let src = std::slice::from_raw_parts(px, n);
+            let dst = std::slice::from_raw_parts_mut(po, n);
+            dst.iter_mut().zip(src).for_each(|(d, s)| *d = f(*s));
+        } else {
+            for j in 0..n as isize {
+                *po.offset(j * so) = f(*px.offset(j * sx));
+            }
+        }
+    });
+}
+
+/// `out[i] = f(a[i], b[i])` with `a`, `b` broadcast to `out`'s (contiguous) shape.
+pub fn zip_into<A: Elem, B: Elem, D: Elem>(out: &Raw, a: &Raw, b: &Raw, f: impl Fn(A, B) -> D + Sync) {
+    let (sa, sb) = (expand_strides(a, out.shape()), expand_strides(b, out.shape()));
+    let w = Walk::new(out.shape(), [out.strides(), &sa, &sb]);
+    let (po, pa, pb) = (Ptr::<D>::of(out), Ptr::<A>::of(a), Ptr::<B>::of(b));
+    let (n, [so, sa, sb]) = (w.inner, w.inner_strides);
+    w.par_rows([0, 0, 0], |[o, i, j]| unsafe {
+        // SAFETY: offsets come from the views' own shapes and strides.
+        let (po, pa, pb) = (po.at(o), pa.at(i), pb.at(j));
+        let dst = std::slice::from_raw_parts_mut(po, n);
+        match (so, sa, sb) {
+            (1, 1, 1) => {
+                let (x, y) = (std::slice::from_raw_parts(pa, n), std::slice::from_raw_parts(pb, n));
+                dst.iter_mut().zip(x.iter().zip(y)).for_each(|(d, (x, y))| *d = f(*x, *y));
+            }
+            (1, 1, 0) => {
+                let (x, y) = (std::slice::from_raw_parts(pa, n), *pb);
+                dst.iter_mut().zip(x).for_each(|(d, x)| *d = f(*x, y));
+            }
+            (1, 0, 1) => {
+                let (x, y) = (*pa, std::slice::from_raw_parts(pb, n));
+                dst.iter_mut().zip(y).for_each(|(d, y)| *d = f(x, *y));
+            }
+            _ => {
+                for k in 0..n as isize {
+                    *po.offset(k * so) = f(*pa.offset(k * sa), *pb.offset(k * sb));
+                }
+            }
+        }
+    });
+}
+
+/// A contiguous copy of `x` converted to `D` (c10's static_cast semantics).
+pub fn cast_to<S: Elem, D: Elem>(x: &Raw) -> Result<Raw> {
+    let out = Raw::empty(x.shape(), D::DT)?;
+    map_into::<S, D>(&out, x, x.strides(), cast::<S, D>);
+    Ok(out)
+}
+
+/// Writes `src` (broadcast to `dst`'s shape) into the view `dst`, converting.
+pub fn copy_into<S: Elem, D: Elem>(dst: &Raw, src: &Raw) {
+    let ss = expand_strides(src, dst.shape());
+    let w = Walk::new(dst.shape(), [dst.strides(), &ss]);
+    let (pd, ps) = (Ptr::<D>::of(dst), Ptr::<S>::of(src));
+    let (n, [sd, sx]) = (w.inner, w.inner_strides);
+    w.par_rows([0, 0], |[o, i]| unsafe {
+        // SAFETY: offsets come from the views' own shapes and strides.
+        for k in 0..n as isize {
+            *pd.at(o + k * sd) = cast::<S, D>(*ps.at(i + k * sx));
+        }
+    });
+}
+
+/// Sums of `x` over the dims where `out_strides` is 0, accumulated in `A`
+/// (f64 for floats, i64 for integers), into the contiguous `acc` of
+/// `out`'s numel.
+pub fn sum_into<S: Elem, A: Arith>(acc: &mut [A], x: &Raw, acc_strides: &[i64], up: impl Fn(S) -> A + Sync) {
+    let w = Walk::new(x.shape(), [acc_strides, x.strides()]);
+    let (pa, px) = (Ptr(acc.as_mut_ptr()), Ptr::<S>::of(x));
+    let (n, [sa, sx]) = (w.inner, w.inner_strides);
+    // Rows may share accumulators (a reduced outer dim): stay on one thread.
+    w.for_rows([0, 0], 0, w.rows(), |[a, i]| unsafe {
+        // SAFETY: offsets come from the views' own shapes and strides.
+        let (pa, px) = (pa.at(a), px.at(i));
+        if sa == 0 {
+            let mut lanes = [A::ZERO; 8];
+            let mut k = 0;
+            if sx == 1 {
+                let src = std::slice::from_raw_parts(px, n);
+                let mut chunks = src.chunks_exact(8);
+                for c in &mut chunks {
+                    for l in 0..8 {
+                        lanes[l] = lanes[l].add(up(c[l]));
+                    }
+                }
+                for (l, v) in chunks.remainder().iter().enumerate() {
+                    lanes[l] = lanes[l].add(up(*v));
+                }
+                k = n;
+            }
+            let mut s = lanes.iter().fold(A::ZERO, |s, v| s.add(*v));
+            while k < n {
+                s = s.add(up(*px.offset(k as isize * sx)));
+                k += 1;
+            }
+            *pa = (*pa).add(s);
+        } else {
+            for k in 0..n as isize {
+                let d = pa.offset(k * sa);
+                *d = (*d).add(up(*px.offset(k * sx)));
+            }
+        }
+    });
+}
+
+/// `x[i] = f(x[i])` in place over any view.
+pub fn update<T: Elem>(x: &Raw, f: impl Fn(T) -> T + Sync) {
+    let w = Walk::new(x.shape(), [x.strides()]);
+    let p = Ptr::<T>::of(x);
+    let (n, [s]) = (w.inner, w.inner_strides);
+    w.par_rows([0], |[o]| {
+        for k in 0..n as isize {
+            // SAFETY: offsets come from the view's own shape and strides; rows are disjoint.
+            unsafe {
+                let q = p.at(o + k * s);
+                *q = f(*q);
+            }
+        }
+    });
+}

@@ -1,0 +1,240 @@
+//! `torch.matmul` on the `gemm` crate: 1-D operands are promoted, batch
+//! dims broadcast, any strides are read in place (no copies for transposed
+//! views). bf16/fp16 compute in f32 and round once, as PyTorch's CPU
+//! kernels do; integers use a plain wrapping loop.
+
+use super::autograd::{needs_grad, record};
+use super::elem::{with_elem, Arith, Elem};
+use super::kernels::expand_strides;
+use super::kernels::Ptr;
+use super::ops::sum_to;
+use super::par;
+use super::tensor::{numel, Raw};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::json::write_int_list as fmt;
+
+/// `a` `[..., m, k]` times `b` `[..., k, n]` (both at least 2-D, same dtype), batch dims broadcast.
+fn bmm(a: &Raw, b: &Raw) -> Result<Raw> {
+    let (ra, rb) = (a.dim(), b.dim());
+    let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
+    if b.shape()[rb - 2] != k {
+        crate::bail!(E_SHAPE, "matmul {} x {}", fmt(a.shape()), fmt(b.shape()));
+    }
+    let batch = crate::ops::broadcast(&a.shape()[..ra - 2], &b.shape()[..rb - 2])
+        .ok_or_else(|| crate::err!(E_SHAPE, "matmul {} x {}", fmt(a.shape()), fmt(b.shape())))?;
+    let mut shape = batch.clone();
+    shape.extend([m, n]);
+    let dt = a.dtype();
+    let out = Raw::empty(&shape, dt)?;
+    if out.numel() == 0 {
+        return Ok(out);
+    }
+    // Per-batch offsets of each operand, from its strides broadcast over the batch.
+    let bshape_a: Vec<i64> = batch.iter().copied().chain([m, k]).collect();
+    let bshape_b: Vec<i64> = batch.iter().copied().chain([k, n]).collect();
+    let (sa, sb) = (expand_strides(a, &bshape_a), expand_strides(b, &bshape_b));
+    let nb = numel(&batch);
+    let offsets = |st: &[i64], i: usize| -> isize {
+        let mut rest = i as i64;
+        let mut off = 0i64;
+        for (d, &size) in batch.iter().enumerate().rev() {
+            off += (rest % size) * st[d];
+            rest /= size;
+        }
+        off as isize
+    };
+    let (a_rs, a_cs, b_rs, b_cs) = (sa[sa.len() - 2], sa[sa.len() - 1], sb[sb.len() - 2], sb[sb.len() - 1]);
+    let (m, k, n) = (m as usize, k as usize, n as usize);
+    let work = nb * m * n * k.max(1);
+    with_elem!(dt, T => {
+        let (pa, pb, po) = (a.data_ptr() as *const T, b.data_ptr() as *const T, out.data_ptr() as *mut T);
+        for i in 0..nb {
+            let (oa, ob) = (offsets(&sa, i), offsets(&sb, i));
+            // SAFETY: every offset and stride comes from the operands' own views; `out` is fresh.
+            unsafe {
+                gemm_one::<T>(
+                    m, n, k,
+                    po.add(i * m * n), n as isize,
+                    pa.offset(oa), a_rs as isize, a_cs as isize,
+                    pb.offset(ob), b_rs as isize, b_cs as isize,
+                    work,
+                )
+            }
+        }
+    });
+    Ok(out)
+}
+
+/// One `[m,k] x [k,n]` product into a contiguous `dst` with row stride `ld`.
+///
+/// # Safety
+/// The pointers and strides describe valid views of these sizes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_one<T: Elem>(
+    m: usize, n: usize, k: usize,
+    dst: *mut T, ld: isize,
+    a: *const T, a_rs: isize, a_cs: isize,
+    b: *const T, b_rs: isize, b_cs: isize,
+    work: usize,
+) {
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    if t == TypeId::of::<f32>() {
+        return real_gemm::<f32>(m, n, k, dst.cast(), ld, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs, work);
+    }
+    if t == TypeId::of::<f64>() {
+        return real_gemm::<f64>(m, n, k, dst.cast(), ld, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs, work);
+    }
+    if T::DT.is_float() {
+        // bf16 / fp16: widen both operands to f32, multiply, round once.
+        let widen = |p: *const T, rs: isize, cs: isize, r: usize, c: usize| -> Vec<f32> {
+            let mut v = Vec::with_capacity(r * c);
+            for i in 0..r {
+                for j in 0..c {
+                    v.push(super::elem::cast::<T, f32>(*p.offset(i as isize * rs + j as isize * cs)));
+                }
+            }
+            v
+        };
+        let (wa, wb) = (widen(a, a_rs, a_cs, m, k), widen(b, b_rs, b_cs, k, n));
+        let mut wd = vec![0f32; m * n];
+        real_gemm::<f32>(m, n, k, wd.as_mut_ptr(), n as isize, wa.as_ptr(), k as isize, 1, wb.as_ptr(), n as isize, 1, work);
+        for i in 0..m {
+            for j in 0..n {
+                *dst.offset(i as isize * ld + j as isize) = super::elem::cast::<f32, T>(wd[i * n + j]);
+            }
+        }
+        return;
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = <T as Elem>::Acc::ZERO;
+            for p in 0..k {
+                let x = (*a.offset(i as isize * a_rs + p as isize * a_cs)).up();
+                let y = (*b.offset(p as isize * b_rs + j as isize * b_cs)).up();
+                s = s.add(x.mul(y));
+            }
+            *dst.offset(i as isize * ld + j as isize) = T::down(s);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn real_gemm<T: 'static + Copy + Default + Send + Sync + num_traits::Zero + num_traits::One>(
+    m: usize, n: usize, k: usize,
+    dst: *mut T, ld: isize,
+    a: *const T, a_rs: isize, a_cs: isize,
+    b: *const T, b_rs: isize, b_cs: isize,
+    work: usize,
+) {
+    if k == 0 {
+        for i in 0..m {
+            for j in 0..n {
+                *dst.offset(i as isize * ld + j as isize) = T::zero();
+            }
+        }
+        return;
+    }
+    let threads = if par::parallel(work) { par::threads() } else { 1 };
+    let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let (d, a, b) = (Ptr(dst), Ptr(a as *mut T), Ptr(b as *mut T));
+    // SAFETY: forwarded from the caller. gemm's `alpha` scales the old dst
+    // (unread: read_dst is false), `beta` the product.
+    let go = move || unsafe {
+        let (d, a, b) = (d, a, b);
+        gemm::gemm(m, n, k, d.0, 1, ld, false, a.0, a_cs, a_rs, b.0, b_cs, b_rs, T::zero(), T::one(), false, false, false, parallelism)
+    };
+    if threads > 1 {
+        par::run(work, go)
+    } else {
+        go()
+    }
+}
+
+/// `torch.matmul` without recording.
+pub fn matmul_plain(a: &Raw, b: &Raw) -> Result<Raw> {
+    if a.dim() == 0 || b.dim() == 0 {
+        crate::bail!(E_SHAPE, "matmul: both arguments need at least 1 dim, got {} x {}", fmt(a.shape()), fmt(b.shape()));
+    }
+    if a.dtype() != b.dtype() {
+        crate::bail!(E_DTYPE, "matmul: inputs are {} and {}", a.dtype().name(), b.dtype().name());
+    }
+    if a.dtype() == DType::Bool {
+        crate::bail!(E_DTYPE, "matmul is not implemented for bool");
+    }
+    let a2 = if a.dim() == 1 { unsqueeze(a, 0) } else { a.detached() };
+    let b2 = if b.dim() == 1 { unsqueeze(b, 1) } else { b.detached() };
+    let out = bmm(&a2, &b2)?;
+    let mut shape = out.shape().to_vec();
+    if b.dim() == 1 {
+        shape.pop();
+    }
+    if a.dim() == 1 {
+        shape.remove(shape.len() - if b.dim() == 1 { 1 } else { 2 });
+    }
+    Ok(out.view_as(shape.clone(), super::tensor::contiguous_strides(&shape), 0))
+}
+
+fn unsqueeze(t: &Raw, at: usize) -> Raw {
+    let (mut s, mut st) = (t.shape().to_vec(), t.strides().to_vec());
+    let stride = if at < s.len() { s[at] * st[at] } else { 1 };
+    s.insert(at, 1);
+    st.insert(at, stride);
+    t.view_as(s, st, t.0.offset)
+}
+
+/// The last two dims swapped (a view).
+fn mt(t: &Raw) -> Raw {
+    let (mut s, mut st) = (t.shape().to_vec(), t.strides().to_vec());
+    let r = s.len();
+    s.swap(r - 2, r - 1);
+    st.swap(r - 2, r - 1);
+    t.view_as(s, st, t.0.offset)
+}
+
+pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
+    let out = matmul_plain(a, b)?;
+    if !needs_grad(&[a, b]) {
+        return Ok(out);
+    }
+    let (sa, sb) = (a.detached(), b.detached());
+    let (ga, gb) = (a.requires_grad(), b.requires_grad());
+    Ok(record(out, "MmBackward", &[a, b], move |g| {
+        // In the promoted [.., m, k] x [.., k, n] form, then back to each input's shape.
+        let a2 = if sa.dim() == 1 { unsqueeze(&sa, 0) } else { sa.clone() };
+        let b2 = if sb.dim() == 1 { unsqueeze(&sb, 1) } else { sb.clone() };
+        let mut g2 = g.detached();
+        if sb.dim() == 1 {
+            g2 = unsqueeze(&g2, g2.dim());
+        }
+        if sa.dim() == 1 {
+            g2 = unsqueeze(&g2, g2.dim() - 1);
+        }
+        let da = if ga {
+            let d = bmm(&g2, &mt(&b2))?;
+            let d = sum_to(&d, a2.shape())?;
+            Some(super::ops::reshape(&d, sa.shape())?)
+        } else {
+            None
+        };
+        let db = if gb {
+            let d = bmm(&mt(&a2), &g2)?;
+            let d = sum_to(&d, b2.shape())?;
+            Some(super::ops::reshape(&d, sb.shape())?)
+        } else {
+            None
+        };
+        Ok(vec![da, db])
+    }))
+}
+
+/// `x @ w + b` (`w` is `[in, out]`).
+pub fn linear(x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<Raw> {
+    let y = matmul(x, w)?;
+    match b {
+        Some(b) => super::ops::binary(crate::ops::Binary::Add, &y, b),
+        None => Ok(y),
+    }
+}
+

@@ -1,0 +1,178 @@
+//! The native tensor: a strided view of shared storage, plus its autograd
+//! identity. `Raw` is a reference to it; clones are PyTorch's shallow copies
+//! (one tensor, one grad), `detached` makes a new tensor over the same bytes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::autograd::Node;
+use super::elem::{with_elem, Elem};
+use super::storage::Storage;
+use crate::dtype::DType;
+use crate::error::Result;
+
+pub struct Inner {
+    pub storage: Arc<Storage>,
+    pub shape: Vec<i64>,
+    pub strides: Vec<i64>,
+    /// In elements.
+    pub offset: usize,
+    pub dtype: DType,
+    /// A leaf that records gradients (set by `require_grad`).
+    pub requires_grad: AtomicBool,
+    /// How this tensor was computed, when it was computed from tensors that
+    /// require grad: then it is not a leaf.
+    pub grad_fn: Option<Arc<Node>>,
+    /// A leaf's accumulated gradient.
+    pub grad: Mutex<Option<Raw>>,
+}
+
+#[derive(Clone)]
+pub struct Raw(pub Arc<Inner>);
+
+pub fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
+    let mut s = vec![0; shape.len()];
+    let mut acc = 1i64;
+    for i in (0..shape.len()).rev() {
+        s[i] = acc;
+        acc = acc.saturating_mul(shape[i].max(1));
+    }
+    s
+}
+
+pub fn numel(shape: &[i64]) -> usize {
+    shape.iter().map(|&d| d as usize).product()
+}
+
+impl Raw {
+    pub fn from_parts(storage: Arc<Storage>, shape: Vec<i64>, strides: Vec<i64>, offset: usize, dtype: DType) -> Raw {
+        Raw(Arc::new(Inner {
+            storage,
+            shape,
+            strides,
+            offset,
+            dtype,
+            requires_grad: AtomicBool::new(false),
+            grad_fn: None,
+            grad: Mutex::new(None),
+        }))
+    }
+
+    /// A contiguous tensor whose elements are unspecified until written.
+    pub fn empty(shape: &[i64], dtype: DType) -> Result<Raw> {
+        let bytes = numel(shape).checked_mul(dtype.size()).ok_or_else(|| crate::err!(E_RESOURCE, "tensor too large"))?;
+        let st = Storage::new(bytes)?;
+        Ok(Raw::from_parts(Arc::new(st), shape.to_vec(), contiguous_strides(shape), 0, dtype))
+    }
+
+    pub fn zeros(shape: &[i64], dtype: DType) -> Result<Raw> {
+        let bytes = numel(shape).checked_mul(dtype.size()).ok_or_else(|| crate::err!(E_RESOURCE, "tensor too large"))?;
+        let st = Storage::zeroed(bytes)?;
+        Ok(Raw::from_parts(Arc::new(st), shape.to_vec(), contiguous_strides(shape), 0, dtype))
+    }
+
+    /// A contiguous tensor of `T` filled from `data`.
+    pub fn from_vec<T: Elem>(shape: &[i64], data: &[T]) -> Result<Raw> {
+        let t = Raw::empty(shape, T::DT)?;
+        t.slice_mut::<T>().copy_from_slice(data);
+        Ok(t)
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        &self.0.shape
+    }
+
+    pub fn strides(&self) -> &[i64] {
+        &self.0.strides
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    pub fn numel(&self) -> usize {
+        numel(&self.0.shape)
+    }
+
+    pub fn dim(&self) -> usize {
+        self.0.shape.len()
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        let mut want = 1i64;
+        for (&d, &s) in self.0.shape.iter().zip(&self.0.strides).rev() {
+            if d != 1 && s != want {
+                return false;
+            }
+            want *= d;
+        }
+        true
+    }
+
+    /// The first element's address.
+    pub fn data_ptr(&self) -> *mut u8 {
+        // SAFETY (of later use): offsets stay inside the storage by construction of views.
+        self.0.storage.ptr().wrapping_add(self.0.offset * self.0.dtype.size())
+    }
+
+    /// The elements of a contiguous tensor.
+    pub fn slice<T: Elem>(&self) -> &[T] {
+        debug_assert!(self.is_contiguous() && T::DT == self.dtype());
+        // SAFETY: a contiguous view of `numel` elements of T inside live storage.
+        unsafe { std::slice::from_raw_parts(self.data_ptr() as *const T, self.numel()) }
+    }
+
+    /// The elements of a contiguous tensor, for writing. Only tensors that
+    /// this call's kernel just created, or in-place ops the ABI documents,
+    /// write through shared storage.
+    #[allow(clippy::mut_from_ref)]
+    pub fn slice_mut<T: Elem>(&self) -> &mut [T] {
+        debug_assert!(self.is_contiguous() && T::DT == self.dtype());
+        // SAFETY: as `slice`; writes race only if the caller races them.
+        unsafe { std::slice::from_raw_parts_mut(self.data_ptr() as *mut T, self.numel()) }
+    }
+
+    /// A new tensor over the same bytes with no autograd history.
+    pub fn detached(&self) -> Raw {
+        let i = &self.0;
+        Raw::from_parts(i.storage.clone(), i.shape.clone(), i.strides.clone(), i.offset, i.dtype)
+    }
+
+    /// Another view of the same storage.
+    pub fn view_as(&self, shape: Vec<i64>, strides: Vec<i64>, offset: usize) -> Raw {
+        Raw::from_parts(self.0.storage.clone(), shape, strides, offset, self.0.dtype)
+    }
+
+    pub fn requires_grad(&self) -> bool {
+        self.0.grad_fn.is_some() || self.0.requires_grad.load(Ordering::Relaxed)
+    }
+
+    /// A contiguous copy when not contiguous, else the same tensor (detached).
+    pub fn contiguous(&self) -> Result<Raw> {
+        if self.is_contiguous() {
+            return Ok(self.detached());
+        }
+        with_elem!(self.dtype(), T => super::kernels::cast_to::<T, T>(self))
+    }
+
+    /// The element at a flat index of the logical (row-major) order, as f64.
+    pub fn get_f64(&self, flat: usize) -> f64 {
+        let mut off = self.0.offset as i64;
+        let mut rest = flat as i64;
+        for (&d, &s) in self.0.shape.iter().zip(&self.0.strides).rev() {
+            off += (rest % d.max(1)) * s;
+            rest /= d.max(1);
+        }
+        let base = self.0.storage.ptr();
+        with_elem!(self.dtype(), T => {
+            // SAFETY: `flat` < numel, so the offset is inside the view.
+            let v: T = unsafe { *(base as *const T).add(off as usize) };
+            crate::backend::native::elem::cast::<T, f64>(v)
+        })
+    }
+}
+
+/// Sets a leaf's flag.
+pub fn set_requires_grad(t: &Raw) {
+    t.0.requires_grad.store(true, Ordering::Relaxed);
+}
