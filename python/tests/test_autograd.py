@@ -1,5 +1,6 @@
 """Autograd and gradient utilities against torch.autograd and torch.nn.utils."""
 
+import gc
 import math
 
 import pytest
@@ -21,7 +22,7 @@ def test_grads_accumulate_like_pytorch():
     for _ in range(3):
         (e * e).sum().backward()
         (t * t).sum().backward()
-    same(e.grad, t.grad)
+    same(e.grad, t.grad, kind="reduce")
     e.zero_grad()
     t.grad.zero_()
     same(e.grad, t.grad)
@@ -40,8 +41,8 @@ def test_grad_multi_and_zero_grad_multi():
     loss_e.backward()
     loss_t.backward()
     grads = et.grad_multi(es)
-    same(grads[0], ts[0].grad)
-    same(grads[1], ts[1].grad)
+    same(grads[0], ts[0].grad, kind="reduce")
+    same(grads[1], ts[1].grad, kind="reduce")
     assert grads[2] is None
     et.zero_grad_multi(es)
     same(grads[0], torch.zeros(2, 3))  # the grad handle shares storage with .grad
@@ -71,6 +72,7 @@ def test_stale_entries_in_lists_are_errors():
     g = e.grad
     stale = g.handle
     g.free()
+    gc.collect()  # tensors of earlier tests must not be freed during the count
     before = et.live()["tensors"]
     for call in (lambda: et.grad_multi([e, stale]), lambda: et.zero_grad_multi([stale]),
                  lambda: et.check_finite_multi([stale]), lambda: et.scale_grads_multi([stale], 2.0),
@@ -103,10 +105,10 @@ def test_clip_grad_norm_matches_torch(max_norm, norm_type):
         p.grad = g.clone()
     expect = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
     total = et.clip_grad_norm_multi(es + [None], max_norm, norm_type)
-    rtol, _ = native_tol(torch.float32)
+    rtol, _ = native_tol(torch.float32, kind="reduce")
     assert total == pytest.approx(expect.item(), rel=rtol, abs=0)
     for e, p in zip(es, params):
-        same(e, p.grad)
+        same(e, p.grad, kind="reduce")  # scaled by a coefficient made of a norm
 
 
 def test_clip_grad_norm_argument_errors():

@@ -82,7 +82,8 @@ def test_unary_and_reductions_per_dtype(op, dtype):
         assert eerr is not None and eerr.code == "E_DTYPE", (err, eerr)
         return
     assert eerr is None, eerr
-    same(got, want)
+    # gelu: 1 + erf cancels for x << 0, and torch's f32 erf is an approximation.
+    same(got, want, kind="elementwise" if op in ("relu", "sigmoid", "tanh") else "reduce")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16, torch.bool])

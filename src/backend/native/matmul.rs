@@ -231,6 +231,9 @@ pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
 
 /// `x @ w + b` (`w` is `[in, out]`).
 pub fn linear(x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<Raw> {
+    if let Some(b) = b.filter(|b| b.dtype() != x.dtype()) {
+        crate::bail!(E_DTYPE, "linear: inputs are {} and {}", x.dtype().name(), b.dtype().name());
+    }
     let y = matmul(x, w)?;
     match b {
         Some(b) => super::ops::binary(crate::ops::Binary::Add, &y, b),

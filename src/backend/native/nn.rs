@@ -123,7 +123,8 @@ fn expand_mask(x: &Raw, mask: &Raw, mask_type: Option<i64>) -> Result<Raw> {
         Some(1) => super::ops::reshape(&mask.detached(), &[sm[0], 1, 1, sm[1]])?,
         _ => mask.detached(),
     };
-    if crate::ops::broadcast(view.shape(), sx).as_deref() != Some(sx) || (mask_type.is_none() && sm != sx) {
+    let exact = matches!(mask_type, None | Some(2));
+    if crate::ops::broadcast(view.shape(), sx).as_deref() != Some(sx) || (exact && sm != sx) {
         return Err(bad());
     }
     // Non-zero (NaN included) is masked, whatever the mask's dtype.
@@ -213,6 +214,11 @@ fn norm_rows(op: &str, x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<usize> {
     for t in [Some(x), Some(w), b].into_iter().flatten() {
         if !t.dtype().is_float() {
             crate::bail!(E_DTYPE, "{op} needs floating tensors, got {}", t.dtype().name());
+        }
+        // PyTorch's CPU layer norm also takes fp32 parameters for a bf16/fp16 input.
+        let mixed = matches!(x.dtype(), DType::BF16 | DType::F16) && t.dtype() == DType::F32;
+        if t.dtype() != x.dtype() && !mixed {
+            crate::bail!(E_DTYPE, "{op}: inputs are {} and {}", x.dtype().name(), t.dtype().name());
         }
     }
     Ok(super::tensor::numel(sw))

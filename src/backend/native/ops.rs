@@ -209,7 +209,7 @@ pub fn unary(op: Unary, x: &Raw) -> Result<Raw> {
             }
             let y = out.detached();
             Ok(record(out, "ReluBackward", &[x], move |g| {
-                Ok(vec![Some(grad_map(g, &y, |g, y| if y > 0.0 { g } else { 0.0 }, |g, y| if y > 0.0 { g } else { 0.0 })?)])
+                Ok(vec![Some(grad_map(g, &y, |g, y| if y <= 0.0 { 0.0 } else { g }, |g, y| if y <= 0.0 { 0.0 } else { g })?)])
             }))
         }
         Unary::Sigmoid | Unary::Tanh => {
