@@ -77,7 +77,9 @@ pub fn masked_softmax(x: &Raw, mask: &Raw, dim: i64, mask_type: Option<i64>) -> 
         return wrap(x.0.f_softmax(dim, None::<tch::Kind>));
     }
     let m = mask.0.f_ne(0).map_err(torch_err)?;
-    wrap(x.0.f_internal_masked_softmax(&m, dim, mask_type))
+    // The CPU kernel reads a permuted input as if it were contiguous.
+    let x = x.0.f_contiguous().map_err(torch_err)?;
+    wrap(x.f_internal_masked_softmax(&m, dim, mask_type))
 }
 
 pub fn masked_softmax_backward(grad: &Raw, out: &Raw, mask: &Raw, dim: i64) -> Result<Raw> {
@@ -85,7 +87,8 @@ pub fn masked_softmax_backward(grad: &Raw, out: &Raw, mask: &Raw, dim: i64) -> R
         return wrap(tch::Tensor::f_internal_softmax_backward_data(&grad.0, &out.0, dim, out.0.kind()));
     }
     let m = mask.0.f_ne(0).map_err(torch_err)?;
-    wrap(tch::Tensor::f_internal_masked_softmax_backward(&grad.0, &out.0, &m, dim))
+    let (g, o) = (grad.0.f_contiguous().map_err(torch_err)?, out.0.f_contiguous().map_err(torch_err)?);
+    wrap(tch::Tensor::f_internal_masked_softmax_backward(&g, &o, &m, dim))
 }
 
 pub fn dropout(x: &Raw, p: f64, train: bool) -> Result<Raw> {
