@@ -5,15 +5,16 @@
 //! strides.
 
 use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use super::elem::{cast, Arith, Elem};
 use super::par;
-use super::tensor::Raw;
+use super::tensor::{Dims, Raw};
 use crate::error::Result;
 
 /// The outer dims of a walk (outermost first) and the inner loop.
 pub struct Walk<const N: usize> {
-    outer: Vec<(usize, [isize; N])>,
+    outer: SmallVec<[(usize, [isize; N]); 4]>,
     pub inner: usize,
     pub inner_strides: [isize; N],
 }
@@ -21,7 +22,7 @@ pub struct Walk<const N: usize> {
 impl<const N: usize> Walk<N> {
     /// Merges dims `i`, `i+1` when, for every operand, stride[i] == stride[i+1] * size[i+1].
     pub fn new(shape: &[i64], strides: [&[i64]; N]) -> Walk<N> {
-        let mut dims: Vec<(usize, [isize; N])> = Vec::with_capacity(shape.len());
+        let mut dims: SmallVec<[(usize, [isize; N]); 4]> = SmallVec::new();
         for (i, &d) in shape.iter().enumerate() {
             if d == 1 {
                 continue;
@@ -50,7 +51,7 @@ impl<const N: usize> Walk<N> {
             return;
         }
         let k = self.outer.len();
-        let mut idx = vec![0usize; k];
+        let mut idx: SmallVec<[usize; 4]> = smallvec::smallvec![0; k];
         let mut rem = start;
         for j in (0..k).rev() {
             idx[j] = rem % self.outer[j].0;
@@ -114,7 +115,7 @@ impl<T> Ptr<T> {
 }
 
 /// The strides that view `t` as `shape` (numpy broadcasting; 0 on expanded dims).
-pub fn expand_strides(t: &Raw, shape: &[i64]) -> Vec<i64> {
+pub fn expand_strides(t: &Raw, shape: &[i64]) -> Dims {
     let n = shape.len();
     let k = t.dim();
     (0..n)
@@ -154,6 +155,12 @@ pub fn map_into<S: Elem, D: Elem>(out: &Raw, x: &Raw, x_strides: &[i64], f: impl
 
 /// `out[i] = f(a[i], b[i])` with `a`, `b` broadcast to `out`'s (contiguous) shape.
 pub fn zip_into<A: Elem, B: Elem, D: Elem>(out: &Raw, a: &Raw, b: &Raw, f: impl Fn(A, B) -> D + Sync) {
+    // The common case, small or not: three contiguous tensors of one shape, one flat loop.
+    if a.shape() == out.shape() && b.shape() == out.shape() && a.is_contiguous() && b.is_contiguous() && !par::parallel(out.numel()) {
+        let (x, y, o) = (a.slice::<A>(), b.slice::<B>(), out.slice_mut::<D>());
+        o.iter_mut().zip(x.iter().zip(y)).for_each(|(o, (x, y))| *o = f(*x, *y));
+        return;
+    }
     let (sa, sb) = (expand_strides(a, out.shape()), expand_strides(b, out.shape()));
     let w = Walk::new(out.shape(), [out.strides(), &sa, &sb]);
     let (po, pa, pb) = (Ptr::<D>::of(out), Ptr::<A>::of(a), Ptr::<B>::of(b));
@@ -192,15 +199,38 @@ pub fn cast_to<S: Elem, D: Elem>(x: &Raw) -> Result<Raw> {
 }
 
 /// Writes `src` (broadcast to `dst`'s shape) into the view `dst`, converting.
+/// `dst` and `src` never overlap (callers write into fresh tensors or from fresh results).
 pub fn copy_into<S: Elem, D: Elem>(dst: &Raw, src: &Raw) {
+    if dst.is_contiguous() && !par::parallel(dst.numel()) {
+        // Broadcasting one value (a loss gradient), or a same-layout copy: flat loops.
+        if src.numel() == 1 {
+            // SAFETY: a one-element view's first element.
+            let v = cast::<S, D>(unsafe { *(src.data_ptr() as *const S) });
+            return dst.slice_mut::<D>().fill(v);
+        }
+        if src.shape() == dst.shape() && src.is_contiguous() {
+            let d = dst.slice_mut::<D>();
+            return d.iter_mut().zip(src.slice::<S>()).for_each(|(d, s)| *d = cast::<S, D>(*s));
+        }
+    }
     let ss = expand_strides(src, dst.shape());
     let w = Walk::new(dst.shape(), [dst.strides(), &ss]);
     let (pd, ps) = (Ptr::<D>::of(dst), Ptr::<S>::of(src));
     let (n, [sd, sx]) = (w.inner, w.inner_strides);
     w.par_rows([0, 0], |[o, i]| unsafe {
         // SAFETY: offsets come from the views' own shapes and strides.
-        for k in 0..n as isize {
-            *pd.at(o + k * sd) = cast::<S, D>(*ps.at(i + k * sx));
+        let (pd, ps) = (pd.at(o), ps.at(i));
+        match (sd, sx) {
+            (1, 0) => std::slice::from_raw_parts_mut(pd, n).fill(cast::<S, D>(*ps)),
+            (1, 1) => {
+                let (d, s) = (std::slice::from_raw_parts_mut(pd, n), std::slice::from_raw_parts(ps, n));
+                d.iter_mut().zip(s).for_each(|(d, s)| *d = cast::<S, D>(*s));
+            }
+            _ => {
+                for k in 0..n as isize {
+                    *pd.offset(k * sd) = cast::<S, D>(*ps.offset(k * sx));
+                }
+            }
         }
     });
 }

@@ -79,11 +79,23 @@ fn binary_dtype(op: Binary, a: &Raw, b: &Raw) -> Result<DType> {
     Ok(if op == Binary::Div && !dt.is_float() { DType::F32 } else { dt })
 }
 
+/// `x` in dtype `dt`: itself when it already is, else a converted copy kept in `slot`.
+fn in_dtype<'a>(x: &'a Raw, dt: DType, slot: &'a mut Option<Raw>) -> Result<&'a Raw> {
+    if x.dtype() == dt {
+        return Ok(x);
+    }
+    Ok(slot.insert(convert(x, dt)?))
+}
+
 /// `a <op> b` without recording (for backward formulas).
 pub fn plain(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
     let dt = binary_dtype(op, a, b)?;
-    let shape = bin_shape("binary", a.shape(), b.shape())?;
-    arith(op, &convert(a, dt)?, &convert(b, dt)?, &shape)
+    let (mut ca, mut cb) = (None, None);
+    let (a, b) = (in_dtype(a, dt, &mut ca)?, in_dtype(b, dt, &mut cb)?);
+    if a.shape() == b.shape() {
+        return arith(op, a, b, a.shape());
+    }
+    arith(op, a, b, &bin_shape("binary", a.shape(), b.shape())?)
 }
 
 pub fn add_plain(a: &Raw, b: &Raw) -> Result<Raw> {
@@ -243,7 +255,7 @@ pub fn unary(op: Unary, x: &Raw) -> Result<Raw> {
 /// a copy (ATen's `computeStride`), or `None`.
 fn view_strides(old: &[i64], old_strides: &[i64], shape: &[i64]) -> Option<Vec<i64>> {
     if old.is_empty() || numel(old) <= 1 {
-        return Some(contiguous_strides(shape));
+        return Some(contiguous_strides(shape).into_vec());
     }
     let mut out = vec![0i64; shape.len()];
     let mut view_d = shape.len() as i64 - 1;

@@ -3,6 +3,8 @@
 //! (one tensor, one grad), `detached` makes a new tensor over the same bytes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use smallvec::SmallVec;
 use std::sync::{Arc, Mutex};
 
 use super::autograd::Node;
@@ -11,10 +13,13 @@ use super::storage::Storage;
 use crate::dtype::DType;
 use crate::error::Result;
 
+/// Sizes or strides: inline up to rank 4, so a small op allocates none.
+pub type Dims = SmallVec<[i64; 4]>;
+
 pub struct Inner {
     pub storage: Arc<Storage>,
-    pub shape: Vec<i64>,
-    pub strides: Vec<i64>,
+    pub shape: Dims,
+    pub strides: Dims,
     /// In elements.
     pub offset: usize,
     pub dtype: DType,
@@ -30,8 +35,8 @@ pub struct Inner {
 #[derive(Clone)]
 pub struct Raw(pub Arc<Inner>);
 
-pub fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
-    let mut s = vec![0; shape.len()];
+pub fn contiguous_strides(shape: &[i64]) -> Dims {
+    let mut s: Dims = smallvec::smallvec![0; shape.len()];
     let mut acc = 1i64;
     for i in (0..shape.len()).rev() {
         s[i] = acc;
@@ -45,11 +50,11 @@ pub fn numel(shape: &[i64]) -> usize {
 }
 
 impl Raw {
-    pub fn from_parts(storage: Arc<Storage>, shape: Vec<i64>, strides: Vec<i64>, offset: usize, dtype: DType) -> Raw {
+    pub fn from_parts(storage: Arc<Storage>, shape: impl Into<Dims>, strides: impl Into<Dims>, offset: usize, dtype: DType) -> Raw {
         Raw(Arc::new(Inner {
             storage,
-            shape,
-            strides,
+            shape: shape.into(),
+            strides: strides.into(),
             offset,
             dtype,
             requires_grad: AtomicBool::new(false),
@@ -62,13 +67,13 @@ impl Raw {
     pub fn empty(shape: &[i64], dtype: DType) -> Result<Raw> {
         let bytes = numel(shape).checked_mul(dtype.size()).ok_or_else(|| crate::err!(E_RESOURCE, "tensor too large"))?;
         let st = Storage::new(bytes)?;
-        Ok(Raw::from_parts(Arc::new(st), shape.to_vec(), contiguous_strides(shape), 0, dtype))
+        Ok(Raw::from_parts(Arc::new(st), Dims::from_slice(shape), contiguous_strides(shape), 0, dtype))
     }
 
     pub fn zeros(shape: &[i64], dtype: DType) -> Result<Raw> {
         let bytes = numel(shape).checked_mul(dtype.size()).ok_or_else(|| crate::err!(E_RESOURCE, "tensor too large"))?;
         let st = Storage::zeroed(bytes)?;
-        Ok(Raw::from_parts(Arc::new(st), shape.to_vec(), contiguous_strides(shape), 0, dtype))
+        Ok(Raw::from_parts(Arc::new(st), Dims::from_slice(shape), contiguous_strides(shape), 0, dtype))
     }
 
     /// A contiguous tensor of `T` filled from `data`.
@@ -139,7 +144,7 @@ impl Raw {
     }
 
     /// Another view of the same storage.
-    pub fn view_as(&self, shape: Vec<i64>, strides: Vec<i64>, offset: usize) -> Raw {
+    pub fn view_as(&self, shape: impl Into<Dims>, strides: impl Into<Dims>, offset: usize) -> Raw {
         Raw::from_parts(self.0.storage.clone(), shape, strides, offset, self.0.dtype)
     }
 
