@@ -55,17 +55,14 @@ fn bin_shape(op: &str, a: &[i64], b: &[i64]) -> Result<Vec<i64>> {
 /// `a <op> b` in `dt` (both already of dtype `dt`, any strides), no autograd.
 fn arith(op: Binary, a: &Raw, b: &Raw, shape: &[i64]) -> Result<Raw> {
     let out = Raw::empty(shape, a.dtype())?;
+    // One loop per op: a `match` inside the element closure would keep the loop scalar.
     with_elem!(a.dtype(), T => {
-        let f = |x: T, y: T| -> T {
-            let (x, y) = (x.up(), y.up());
-            T::down(match op {
-                Binary::Add => x.add(y),
-                Binary::Sub => x.sub(y),
-                Binary::Mul => x.mul(y),
-                Binary::Div => x.div(y),
-            })
-        };
-        zip_into::<T, T, T>(&out, a, b, f)
+        match op {
+            Binary::Add => zip_into::<T, T, T>(&out, a, b, |x, y| T::down(x.up().add(y.up()))),
+            Binary::Sub => zip_into::<T, T, T>(&out, a, b, |x, y| T::down(x.up().sub(y.up()))),
+            Binary::Mul => zip_into::<T, T, T>(&out, a, b, |x, y| T::down(x.up().mul(y.up()))),
+            Binary::Div => zip_into::<T, T, T>(&out, a, b, |x, y| T::down(x.up().div(y.up()))),
+        }
     });
     Ok(out)
 }
@@ -112,6 +109,16 @@ fn scalar(v: f64, dt: DType) -> Result<Raw> {
 
 /// `acc += g` in place (same shape; `g` converted to `acc`'s dtype).
 pub fn add_in_place(acc: &Raw, g: &Raw) -> Result<()> {
+    // The usual case (a leaf's grad plus a new one of its layout): in place,
+    // no temporary. Separate storages, so the two slices never alias.
+    let same_layout = acc.dtype() == g.dtype() && acc.shape() == g.shape() && acc.is_contiguous() && g.is_contiguous();
+    if same_layout && !std::sync::Arc::ptr_eq(&acc.0.storage, &g.0.storage) {
+        with_elem!(acc.dtype(), T => {
+            let (a, b) = (acc.slice_mut::<T>(), g.slice::<T>());
+            a.iter_mut().zip(b).for_each(|(a, b)| *a = T::down(a.up().add(b.up())));
+        });
+        return Ok(());
+    }
     let sum = plain(Binary::Add, acc, g)?;
     with_elem!(sum.dtype(), S => with_elem!(acc.dtype(), D => copy_into::<S, D>(acc, &sum)));
     Ok(())
