@@ -153,7 +153,7 @@ bench: build build/bench/ops_c build/bench/tinylm_c build/bench/native_c
 	python benches/dist_compare.py
 	python benches/dist_checkpoint_compare.py
 
-build/bench/%: benches/%.c include/enkai_tensor.h $(LIB)
+build/bench/%: benches/%.c benches/bench.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -O2 $< -o $@ $(LDLIBS)
 

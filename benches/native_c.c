@@ -2,26 +2,8 @@
  * the native (cpu) backend in this one process, same thread count, and the
  * ratio printed. Best of 7 rounds. */
 #define _POSIX_C_SOURCE 199309L
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include "enkai_tensor.h"
-
-static double now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int64_t must(int64_t h) {
-    if (h == 0) {
-        fprintf(stderr, "bench: %s\n", enkai_tensor_last_error());
-        exit(1);
-    }
-    return h;
-}
+#include "bench.h"
 
 static void ok(int rc) {
     if (rc != 0) {

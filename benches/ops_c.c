@@ -1,26 +1,8 @@
 /* Per-op cost through the C ABI (the (a) column of `make bench`).
  * Prints one line per op: "<name> <ns per call>", best of 7 rounds. */
 #define _POSIX_C_SOURCE 199309L
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include "enkai_tensor.h"
-
-static double now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int64_t must(int64_t h) {
-    if (h == 0) {
-        fprintf(stderr, "bench: %s\n", enkai_tensor_last_error());
-        exit(1);
-    }
-    return h;
-}
+#include "bench.h"
 
 typedef int64_t (*op_fn)(const int64_t *in);
 

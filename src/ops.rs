@@ -112,7 +112,7 @@ fn run<const N: usize>(
 }
 
 /// A dim in `[-rank, rank)` (or `[-1, 0]` for a scalar, as PyTorch allows), normalised.
-fn norm_dim(op: &str, dim: i64, s: &[i64]) -> Result<i64> {
+pub(crate) fn norm_dim(op: &str, dim: i64, s: &[i64]) -> Result<i64> {
     let rank = (s.len() as i64).max(1);
     if dim < -rank || dim >= rank {
         crate::bail!(E_SHAPE, "{op}: dim {dim} is out of range for shape {}", fmt(s));

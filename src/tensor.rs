@@ -57,9 +57,7 @@ fn target(dev: i64) -> Result<(backend::BackendId, Device)> {
 
 /// A copy of `h` made by backend `to` (or a new handle on it when it is already there).
 pub fn to_backend(h: i64, to: backend::BackendId) -> Result<i64> {
-    if !to.is_built() {
-        crate::bail!(E_BACKEND_UNAVAILABLE, "backend {:?} is not built in (built without the torch feature)", to.name());
-    }
+    to.require_built()?;
     let t = get(h)?;
     if t.backend == to {
         return register(to, imp::shallow(&t.raw));

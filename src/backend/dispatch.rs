@@ -194,7 +194,6 @@ pub unsafe fn wrap_foreign(
         _ => {
             // SAFETY: the caller hands `ctx` over for exactly one release.
             unsafe { release(ctx) };
-            let _ = dev;
             Err(unavailable())
         }
     }
@@ -210,10 +209,7 @@ pub unsafe fn copy_foreign(b: BackendId, data: *mut std::ffi::c_void, shape: &[i
         // SAFETY: forwarded.
         BackendId::Cpu => unsafe { native::copy_foreign(data, shape, strides, dtype) }.map(Raw::Native),
         #[allow(unreachable_patterns)]
-        _ => {
-            let _ = dev;
-            Err(unavailable())
-        }
+        _ => Err(unavailable()),
     }
 }
 
@@ -236,7 +232,7 @@ pub fn dtype(t: &Raw) -> Result<DType> {
 }
 
 pub fn device(t: &Raw) -> Device {
-    on!(t, t => torch: torch::device(t), native: { let _ = t; Device::Cpu })
+    on!(t, t => torch: torch::device(t), native: native::device(t))
 }
 
 pub fn item(t: &Raw) -> Result<f64> {
@@ -466,10 +462,7 @@ pub fn scaler_state(b: BackendId, s: f64, d: Device) -> Result<(Raw, Raw)> {
         BackendId::Torch => torch::scaler_state(s, d).map(|(a, b)| (Raw::Torch(a), Raw::Torch(b))),
         BackendId::Cpu => Err(not_native("GradScaler")),
         #[allow(unreachable_patterns)]
-        _ => {
-            let _ = (s, d);
-            Err(unavailable())
-        }
+        _ => Err(unavailable()),
     }
 }
 
@@ -479,10 +472,7 @@ pub fn scaler_state_with(b: BackendId, s: f64, t: i64, d: Device) -> Result<(Raw
         BackendId::Torch => torch::scaler_state_with(s, t, d).map(|(a, b)| (Raw::Torch(a), Raw::Torch(b))),
         BackendId::Cpu => Err(not_native("GradScaler")),
         #[allow(unreachable_patterns)]
-        _ => {
-            let _ = (s, t, d);
-            Err(unavailable())
-        }
+        _ => Err(unavailable()),
     }
 }
 
@@ -518,10 +508,7 @@ pub fn lm_init(b: BackendId, l: &[(Vec<i64>, crate::lm::Init)], d: Device, s: i6
         BackendId::Torch => Ok(torch::lm_init(l, d, s)?.into_iter().map(Raw::Torch).collect()),
         BackendId::Cpu => Err(not_native("the LM helpers")),
         #[allow(unreachable_patterns)]
-        _ => {
-            let _ = (l, d, s);
-            Err(unavailable())
-        }
+        _ => Err(unavailable()),
     }
 }
 
@@ -531,10 +518,7 @@ pub fn lm_forward(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw, t: &Raw, tr: bool)
     match many(&all)? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::lm_forward(&v[..p.len()], s, v[p.len()], v[p.len() + 1], tr).map(Raw::Torch),
-        Many::Native(_) => {
-            let _ = (s, tr);
-            Err(not_native("the LM helpers"))
-        }
+        Many::Native(_) => Err(not_native("the LM helpers")),
     }
 }
 
@@ -544,10 +528,7 @@ pub fn lm_logits(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw) -> Result<Raw> {
     match many(&all)? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::lm_logits(&v[..p.len()], s, v[p.len()]).map(Raw::Torch),
-        Many::Native(_) => {
-            let _ = s;
-            Err(not_native("the LM helpers"))
-        }
+        Many::Native(_) => Err(not_native("the LM helpers")),
     }
 }
 
@@ -585,10 +566,7 @@ pub fn dist_allreduce(g: &Group, ts: &[&Raw], op: i32, prescale: f64) -> Result<
     match many(ts)? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::dist_allreduce(g, &v, op, prescale),
-        Many::Native(_) => {
-            let _ = (g, op, prescale);
-            Err(not_native("process-group collectives"))
-        }
+        Many::Native(_) => Err(not_native("process-group collectives")),
     }
 }
 
@@ -596,10 +574,7 @@ pub fn dist_broadcast(g: &Group, ts: &[&Raw], root: i64) -> Result<()> {
     match many(ts)? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::dist_broadcast(g, &v, root),
-        Many::Native(_) => {
-            let _ = (g, root);
-            Err(not_native("process-group collectives"))
-        }
+        Many::Native(_) => Err(not_native("process-group collectives")),
     }
 }
 
@@ -607,10 +582,7 @@ pub fn dist_allgather(g: &Group, t: &Raw, world: i64) -> Result<Raw> {
     match t {
         #[cfg(feature = "torch")]
         Raw::Torch(t) => torch::dist_allgather(g, t, world).map(Raw::Torch),
-        Raw::Native(_) => {
-            let _ = (g, world);
-            Err(not_native("process-group collectives"))
-        }
+        Raw::Native(_) => Err(not_native("process-group collectives")),
     }
 }
 

@@ -49,6 +49,14 @@ impl BackendId {
         }
     }
 
+    /// Fails with `E_BACKEND_UNAVAILABLE` unless this build contains the backend.
+    pub fn require_built(self) -> Result<()> {
+        if !self.is_built() {
+            crate::bail!(E_BACKEND_UNAVAILABLE, "backend {:?} is not built in (built without the torch feature)", self.name());
+        }
+        Ok(())
+    }
+
     /// Fails unless `dev` is a device this backend computes on.
     pub fn check_device(self, dev: Device) -> Result<()> {
         match (self, dev) {
@@ -64,12 +72,21 @@ impl BackendId {
 const UNSET: u8 = u8::MAX;
 static ACTIVE: AtomicU8 = AtomicU8::new(UNSET);
 
+/// `ENKAI_BACKEND`, read once: `None` when unset, `Err(text)` when it names no backend.
+fn env_backend() -> &'static Option<std::result::Result<BackendId, String>> {
+    static ENV: std::sync::OnceLock<Option<std::result::Result<BackendId, String>>> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        let v = std::env::var("ENKAI_BACKEND").ok()?;
+        Some(BackendId::parse(v.trim()).map_err(|_| v))
+    })
+}
+
 /// The default: `ENKAI_BACKEND` when it names a backend, else torch when built in, else cpu.
 fn default_backend() -> BackendId {
-    match std::env::var("ENKAI_BACKEND").ok().and_then(|v| BackendId::parse(v.trim()).ok()) {
-        Some(b) => b,
-        None if BackendId::Torch.is_built() => BackendId::Torch,
-        None => BackendId::Cpu,
+    match env_backend() {
+        Some(Ok(b)) => *b,
+        _ if BackendId::Torch.is_built() => BackendId::Torch,
+        _ => BackendId::Cpu,
     }
 }
 
@@ -94,9 +111,7 @@ pub fn active() -> BackendId {
 
 /// Makes `id` the backend that creates new tensors (process-wide).
 pub fn set_active(id: BackendId) -> Result<()> {
-    if !id.is_built() {
-        crate::bail!(E_BACKEND_UNAVAILABLE, "backend {:?} is not built in (built without the torch feature)", id.name());
-    }
+    id.require_built()?;
     ACTIVE.store(id as u8, Ordering::Relaxed);
     EXPLICIT.store(true, Ordering::Relaxed);
     Ok(())
@@ -105,13 +120,8 @@ pub fn set_active(id: BackendId) -> Result<()> {
 /// A bad `ENKAI_BACKEND` is an error at the first call that needs a backend,
 /// naming the variable, rather than a silent fallback.
 fn check_env() -> Result<()> {
-    static CHECKED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let bad = CHECKED.get_or_init(|| {
-        let v = std::env::var("ENKAI_BACKEND").ok()?;
-        BackendId::parse(v.trim()).err().map(|_| v)
-    });
-    match bad {
-        Some(v) if !EXPLICIT.load(Ordering::Relaxed) => {
+    match env_backend() {
+        Some(Err(v)) if !EXPLICIT.load(Ordering::Relaxed) => {
             crate::bail!(E_BACKEND_UNKNOWN, "ENKAI_BACKEND={v:?} names no backend (known: torch, cpu)")
         }
         _ => Ok(()),

@@ -118,7 +118,7 @@ pub fn record(out: Raw, name: &'static str, inputs: &[&Raw], backward: impl FnOn
 fn fit(g: Raw, shape: &[i64], dtype: DType) -> Result<Raw> {
     let g = if g.shape() != shape { ops::sum_to(&g, shape)? } else { g };
     if g.dtype() != dtype {
-        return ops::to_dtype_plain(&g, dtype);
+        return ops::convert(&g, dtype);
     }
     Ok(g)
 }

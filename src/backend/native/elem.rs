@@ -240,73 +240,38 @@ macro_rules! elem_half {
 elem_half!(bf16, BF16);
 elem_half!(f16, F16);
 
-/// Runs `$body` with `$T` bound to the element type of `$dt`.
-macro_rules! with_elem {
-    ($dt:expr, $T:ident => $body:expr) => {{
-        use $crate::backend::native::elem::B8;
+/// A `match` on dtype `$dt` that runs `$body` with `$T` bound to each listed
+/// variant's element type, and `$other` (when given) for the rest.
+macro_rules! match_elem {
+    ($dt:expr, $T:ident => $body:expr, [$($v:ident: $t:ty),*] $(, _ => $other:expr)?) => {{
         use $crate::dtype::DType;
         match $dt {
-            DType::F32 => {
-                type $T = f32;
+            $(DType::$v => {
+                type $T = $t;
                 $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::Bool => {
-                type $T = B8;
-                $body
-            }
-            DType::U8 => {
-                type $T = u8;
-                $body
-            }
+            })*
+            $(_ => $other,)?
         }
     }};
+}
+pub(crate) use match_elem;
+
+/// Runs `$body` with `$T` bound to the element type of `$dt`.
+macro_rules! with_elem {
+    ($dt:expr, $T:ident => $body:expr) => {
+        $crate::backend::native::elem::match_elem!($dt, $T => $body, [
+            F32: f32, F64: f64, BF16: half::bf16, F16: half::f16,
+            I64: i64, I32: i32, Bool: $crate::backend::native::elem::B8, U8: u8
+        ])
+    };
 }
 pub(crate) use with_elem;
 
 /// As `with_elem`, for floating dtypes only; `$other` otherwise.
 macro_rules! with_float {
-    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
-        use $crate::dtype::DType;
-        match $dt {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            _ => $other,
-        }
-    }};
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        $crate::backend::native::elem::match_elem!($dt, $T => $body, [F32: f32, F64: f64, BF16: half::bf16, F16: half::f16], _ => $other)
+    };
 }
 pub(crate) use with_float;
 

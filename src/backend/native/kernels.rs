@@ -133,7 +133,8 @@ pub fn expand_strides(t: &Raw, shape: &[i64]) -> Dims {
         .collect()
 }
 
-/// `out[i] = f(x[i])` over `x` seen with `x_strides` in `out`'s (contiguous) shape.
+/// `out[i] = f(x[i])` over `x` seen with `x_strides` in `out`'s shape (any
+/// layouts that do not overlap).
 pub fn map_into<S: Elem, D: Elem>(out: &Raw, x: &Raw, x_strides: &[i64], f: impl Fn(S) -> D + Sync) {
     let w = Walk::new(out.shape(), [out.strides(), x_strides]);
     let (po, px) = (Ptr::<D>::of(out), Ptr::<S>::of(x));
@@ -141,13 +142,17 @@ pub fn map_into<S: Elem, D: Elem>(out: &Raw, x: &Raw, x_strides: &[i64], f: impl
     w.par_rows([0, 0], |[o, i]| unsafe {
         // SAFETY: offsets come from the views' own shapes and strides.
         let (po, px) = (po.at(o), px.at(i));
-        if so == 1 && sx == 1 {
-            let src = std::slice::from_raw_parts(px, n);
-            let dst = std::slice::from_raw_parts_mut(po, n);
-            dst.iter_mut().zip(src).for_each(|(d, s)| *d = f(*s));
-        } else {
-            for j in 0..n as isize {
-                *po.offset(j * so) = f(*px.offset(j * sx));
+        match (so, sx) {
+            (1, 1) => {
+                let (d, s) = (std::slice::from_raw_parts_mut(po, n), std::slice::from_raw_parts(px, n));
+                d.iter_mut().zip(s).for_each(|(d, s)| *d = f(*s));
+            }
+            // A row of one broadcast value.
+            (1, 0) => std::slice::from_raw_parts_mut(po, n).fill(f(*px)),
+            _ => {
+                for j in 0..n as isize {
+                    *po.offset(j * so) = f(*px.offset(j * sx));
+                }
             }
         }
     });
@@ -201,38 +206,7 @@ pub fn cast_to<S: Elem, D: Elem>(x: &Raw) -> Result<Raw> {
 /// Writes `src` (broadcast to `dst`'s shape) into the view `dst`, converting.
 /// `dst` and `src` never overlap (callers write into fresh tensors or from fresh results).
 pub fn copy_into<S: Elem, D: Elem>(dst: &Raw, src: &Raw) {
-    if dst.is_contiguous() && !par::parallel(dst.numel()) {
-        // Broadcasting one value (a loss gradient), or a same-layout copy: flat loops.
-        if src.numel() == 1 {
-            // SAFETY: a one-element view's first element.
-            let v = cast::<S, D>(unsafe { *(src.data_ptr() as *const S) });
-            return dst.slice_mut::<D>().fill(v);
-        }
-        if src.shape() == dst.shape() && src.is_contiguous() {
-            let d = dst.slice_mut::<D>();
-            return d.iter_mut().zip(src.slice::<S>()).for_each(|(d, s)| *d = cast::<S, D>(*s));
-        }
-    }
-    let ss = expand_strides(src, dst.shape());
-    let w = Walk::new(dst.shape(), [dst.strides(), &ss]);
-    let (pd, ps) = (Ptr::<D>::of(dst), Ptr::<S>::of(src));
-    let (n, [sd, sx]) = (w.inner, w.inner_strides);
-    w.par_rows([0, 0], |[o, i]| unsafe {
-        // SAFETY: offsets come from the views' own shapes and strides.
-        let (pd, ps) = (pd.at(o), ps.at(i));
-        match (sd, sx) {
-            (1, 0) => std::slice::from_raw_parts_mut(pd, n).fill(cast::<S, D>(*ps)),
-            (1, 1) => {
-                let (d, s) = (std::slice::from_raw_parts_mut(pd, n), std::slice::from_raw_parts(ps, n));
-                d.iter_mut().zip(s).for_each(|(d, s)| *d = cast::<S, D>(*s));
-            }
-            _ => {
-                for k in 0..n as isize {
-                    *pd.offset(k * sd) = cast::<S, D>(*ps.offset(k * sx));
-                }
-            }
-        }
-    });
+    map_into::<S, D>(dst, src, &expand_strides(src, dst.shape()), cast::<S, D>);
 }
 
 /// Sums of `x` over the dims where `out_strides` is 0, accumulated in `A`

@@ -82,6 +82,10 @@ pub fn dtype(t: &Raw) -> DType {
     t.dtype()
 }
 
+pub fn device(_t: &Raw) -> Device {
+    Device::Cpu
+}
+
 /// The single element as a double (the caller checked numel == 1).
 pub fn item(t: &Raw) -> f64 {
     t.get_f64(0)
@@ -148,19 +152,9 @@ unsafe extern "C" fn keep(_ctx: *mut c_void) {}
 /// # Safety
 /// As `wrap_foreign`, for the duration of the call.
 pub unsafe fn copy_foreign(data: *mut c_void, shape: &[i64], strides: &[i64], dtype: DType) -> Result<Raw> {
-    // SAFETY: the view lives only for the copy.
+    // SAFETY: the view lives only for the copy, which is always a new buffer.
     let view = unsafe { wrap_foreign(data, shape, strides, dtype, keep, std::ptr::null_mut()) };
-    view.contiguous().map(|c| {
-        if Arc::ptr_eq(&c.0.storage, &view.0.storage) {
-            clone_owned(&c)
-        } else {
-            Ok(c)
-        }
-    })?
-}
-
-fn clone_owned(t: &Raw) -> Result<Raw> {
-    ops::clone_contiguous(t)
+    ops::clone_contiguous(&view)
 }
 
 pub fn shallow(t: &Raw) -> Raw {

@@ -63,47 +63,45 @@ fn row_len(t: &Raw) -> usize {
     t.shape().last().map_or(1, |&n| n as usize)
 }
 
+/// `kernel(rows, row length, out)` over the rows of `x` along `d` in the
+/// computing type `R`; the result in `x`'s shape, in dtype `dt`.
+fn map_rows<R: Elem>(x: &Raw, d: usize, dt: DType, kernel: impl FnOnce(&[R], usize, &mut [R])) -> Result<Raw> {
+    let xr = rows::<R>(x, d)?;
+    let y = Raw::empty(xr.shape(), R::DT)?;
+    kernel(xr.slice::<R>(), row_len(&xr), y.slice_mut::<R>());
+    unrows(y, d, dt)
+}
+
+/// As `map_rows`, for a kernel of two row-aligned inputs (a gradient and
+/// what the forward saved).
+fn map_rows2<R: Elem>(a: &Raw, b: &Raw, d: usize, dt: DType, kernel: impl FnOnce(&[R], &[R], usize, &mut [R])) -> Result<Raw> {
+    let (ar, br) = (rows::<R>(a, d)?, rows::<R>(b, d)?);
+    let y = Raw::empty(br.shape(), R::DT)?;
+    kernel(ar.slice::<R>(), br.slice::<R>(), row_len(&br), y.slice_mut::<R>());
+    unrows(y, d, dt)
+}
+
 pub fn gelu(x: &Raw) -> Result<Raw> {
     let d = x.dim().saturating_sub(1);
-    let out = with_real!("gelu", x.dtype(), R => {
-        let xr = rows::<R>(x, d)?;
-        let y = Raw::empty(xr.shape(), R::DT)?;
-        fused::gelu_fwd(xr.slice::<R>(), y.slice_mut::<R>());
-        unrows(y, d, x.dtype())?
-    });
+    let out = with_real!("gelu", x.dtype(), R => map_rows::<R>(x, d, x.dtype(), |x, _, y| fused::gelu_fwd(x, y))?);
     if !needs_grad(&[x]) {
         return Ok(out);
     }
     let sx = x.detached();
     Ok(record(out, "GeluBackward", &[x], move |g| {
         let d = sx.dim().saturating_sub(1);
-        let dx = with_real!("gelu", sx.dtype(), R => {
-            let (gr, xr) = (rows::<R>(g, d)?, rows::<R>(&sx, d)?);
-            let dx = Raw::empty(xr.shape(), R::DT)?;
-            fused::gelu_bwd(gr.slice::<R>(), xr.slice::<R>(), dx.slice_mut::<R>());
-            unrows(dx, d, g.dtype())?
-        });
+        let dx = with_real!("gelu", sx.dtype(), R => map_rows2::<R>(g, &sx, d, g.dtype(), |g, x, _, dx| fused::gelu_bwd(g, x, dx))?);
         Ok(vec![Some(dx)])
     }))
 }
 
 fn softmax_back(g: &Raw, y: &Raw, d: usize) -> Result<Raw> {
-    Ok(with_real!("softmax", y.dtype(), R => {
-        let (gr, yr) = (rows::<R>(g, d)?, rows::<R>(y, d)?);
-        let dx = Raw::empty(yr.shape(), R::DT)?;
-        fused::softmax_bwd(gr.slice::<R>(), yr.slice::<R>(), row_len(&yr), dx.slice_mut::<R>());
-        unrows(dx, d, y.dtype())?
-    }))
+    Ok(with_real!("softmax", y.dtype(), R => map_rows2::<R>(g, y, d, y.dtype(), fused::softmax_bwd)?))
 }
 
 pub fn softmax(x: &Raw, dim: i64) -> Result<Raw> {
     let d = norm_dim("softmax", dim, x.shape())?;
-    let out = with_real!("softmax", x.dtype(), R => {
-        let xr = rows::<R>(x, d)?;
-        let y = Raw::empty(xr.shape(), R::DT)?;
-        fused::softmax_fwd(xr.slice::<R>(), row_len(&xr), y.slice_mut::<R>());
-        unrows(y, d, x.dtype())?
-    });
+    let out = with_real!("softmax", x.dtype(), R => map_rows::<R>(x, d, x.dtype(), fused::softmax_fwd)?);
     if !needs_grad(&[x]) {
         return Ok(out);
     }
@@ -140,20 +138,10 @@ fn bools(m: &Raw) -> &[bool] {
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<bool>(), s.len()) }
 }
 
-fn mask_rows(m: &Raw, d: usize) -> Result<Raw> {
-    let v = dim_last(m, d);
-    if v.is_contiguous() {
-        return Ok(v);
-    }
-    cast_to::<B8, B8>(&v)
-}
-
 fn masked_back(g: &Raw, y: &Raw, m: &Raw, d: usize) -> Result<Raw> {
+    let mr = rows::<B8>(m, d)?;
     Ok(with_real!("masked_softmax_backward", y.dtype(), R => {
-        let (gr, yr, mr) = (rows::<R>(g, d)?, rows::<R>(y, d)?, mask_rows(m, d)?);
-        let dx = Raw::empty(yr.shape(), R::DT)?;
-        fused::masked_softmax_bwd(gr.slice::<R>(), yr.slice::<R>(), bools(&mr), row_len(&yr), dx.slice_mut::<R>());
-        unrows(dx, d, y.dtype())?
+        map_rows2::<R>(g, y, d, y.dtype(), |g, y, n, dx| fused::masked_softmax_bwd(g, y, bools(&mr), n, dx))?
     }))
 }
 
@@ -163,11 +151,9 @@ pub fn masked_softmax(x: &Raw, mask: &Raw, dim: i64, mask_type: Option<i64>) -> 
         crate::bail!(E_DTYPE, "masked_softmax needs a floating dtype, got {}", x.dtype().name());
     }
     let m = expand_mask(x, mask, mask_type)?;
+    let mr = rows::<B8>(&m, d)?;
     let out = with_real!("masked_softmax", x.dtype(), R => {
-        let (xr, mr) = (rows::<R>(x, d)?, mask_rows(&m, d)?);
-        let y = Raw::empty(xr.shape(), R::DT)?;
-        fused::masked_softmax_fwd(xr.slice::<R>(), bools(&mr), row_len(&xr), y.slice_mut::<R>());
-        unrows(y, d, x.dtype())?
+        map_rows::<R>(x, d, x.dtype(), |x, n, y| fused::masked_softmax_fwd(x, bools(&mr), n, y))?
     });
     if !needs_grad(&[x]) {
         return Ok(out);
@@ -224,12 +210,9 @@ fn norm_rows(op: &str, x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<usize> {
     Ok(super::tensor::numel(sw))
 }
 
-/// Flat contiguous `R` elements of `t`.
+/// Flat contiguous `R` elements of `t` (its rows along the last dim).
 fn flat<R: Elem>(t: &Raw) -> Result<Raw> {
-    if t.dtype() == R::DT && t.is_contiguous() {
-        return Ok(t.detached());
-    }
-    with_elem!(t.dtype(), S => cast_to::<S, R>(t))
+    rows::<R>(t, t.dim().saturating_sub(1))
 }
 
 /// Layer norm forward in `R`: `(y, mean, rstd)`.
@@ -411,31 +394,21 @@ fn soft_cross_entropy(logits: &Raw, targets: &Raw) -> Result<Raw> {
 }
 
 fn log_softmax(x: &Raw, d: usize) -> Result<Raw> {
-    let out = with_real!("cross_entropy", x.dtype(), R => {
-        let xr = rows::<R>(x, d)?;
-        let y = Raw::empty(xr.shape(), R::DT)?;
-        fused::log_softmax_fwd(xr.slice::<R>(), row_len(&xr), y.slice_mut::<R>());
-        unrows(y, d, x.dtype())?
-    });
+    let out = with_real!("cross_entropy", x.dtype(), R => map_rows::<R>(x, d, x.dtype(), fused::log_softmax_fwd)?);
     if !needs_grad(&[x]) {
         return Ok(out);
     }
     let y = out.detached();
     Ok(record(out, "LogSoftmaxBackward", &[x], move |g| {
         // dx = g - exp(y) * sum(g) along the row.
-        let dx = with_real!("cross_entropy", y.dtype(), R => {
-            let (gr, yr) = (rows::<R>(g, d)?, rows::<R>(&y, d)?);
-            let n = row_len(&yr);
-            let dx = Raw::empty(yr.shape(), R::DT)?;
-            let (gs, ys, ds) = (gr.slice::<R>(), yr.slice::<R>(), dx.slice_mut::<R>());
+        let dx = with_real!("cross_entropy", y.dtype(), R => map_rows2::<R>(g, &y, d, y.dtype(), |gs, ys, n, ds| {
             for ((gr, yr), dr) in gs.chunks(n.max(1)).zip(ys.chunks(n.max(1))).zip(ds.chunks_mut(n.max(1))) {
                 let s = gr.iter().fold(<R as num_traits::Zero>::zero(), |a, &b| a + b);
                 for ((d, &g), &y) in dr.iter_mut().zip(gr).zip(yr) {
                     *d = g - y.exp() * s;
                 }
             }
-            unrows(dx, d, y.dtype())?
-        });
+        })?);
         Ok(vec![Some(dx)])
     }))
 }

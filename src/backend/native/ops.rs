@@ -24,13 +24,9 @@ pub fn clone_contiguous(g: &Raw) -> Result<Raw> {
     with_elem!(g.dtype(), T => cast_to::<T, T>(g))
 }
 
-/// A dim in `[-rank, rank)` (a 0-dim tensor accepts -1 and 0), normalised.
+/// The core's dim check (`[-rank, rank)`, -1 and 0 for a 0-dim tensor), as an index.
 pub fn norm_dim(op: &str, dim: i64, shape: &[i64]) -> Result<usize> {
-    let rank = (shape.len() as i64).max(1);
-    if dim < -rank || dim >= rank {
-        crate::bail!(E_SHAPE, "{op}: dim {dim} is out of range for shape {}", fmt(shape));
-    }
-    Ok((if dim < 0 { dim + rank } else { dim }) as usize)
+    crate::ops::norm_dim(op, dim, shape).map(|d| d as usize)
 }
 
 pub fn full_like(x: &Raw, v: f64) -> Result<Raw> {
@@ -129,9 +125,8 @@ pub fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
     if !needs_grad(&[a, b]) {
         return Ok(out);
     }
-    let (sa, sb, so) = (a.detached(), b.detached(), out.detached());
+    let (sa, sb) = (a.detached(), b.detached());
     let (ga, gb) = (a.requires_grad(), b.requires_grad());
-    let _ = so;
     Ok(record(out, "BinaryBackward", &[a, b], move |g| {
         Ok(match op {
             Binary::Add => vec![Some(g.clone()), Some(g.clone())],
@@ -500,10 +495,6 @@ pub fn reduce(op: Reduce, x: &Raw, dim: Option<i64>, keepdim: bool) -> Result<Ra
 
 // ---------------------------------------------------------------------- casts
 
-pub fn to_dtype_plain(x: &Raw, dt: DType) -> Result<Raw> {
-    convert(x, dt)
-}
-
 pub fn to_dtype(x: &Raw, dt: DType) -> Result<Raw> {
     if x.dtype() == dt {
         return Ok(x.clone());
@@ -528,7 +519,7 @@ pub fn min_max(x: &Raw) -> Result<(f64, f64)> {
     if n == 0 {
         crate::bail!(E_SHAPE, "min/max of an empty tensor");
     }
-    let c = convert(&x.contiguous()?, DType::F64)?;
+    let c = with_elem!(x.dtype(), S => cast_to::<S, f64>(x))?;
     let s = c.slice::<f64>();
     Ok(s.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v))))
 }
