@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::sync::Mutex;
 
 use crate::backend::imp::{self, AutocastState, Raw};
+use crate::backend::{self, BackendId};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -64,10 +65,11 @@ fn with_state<R>(scaler: i64, f: impl FnOnce(&Scaler, &mut ScaleState) -> Result
     f(&s, &mut st)
 }
 
-/// The scale tensors, created on `dev` when first needed (PyTorch's lazy init).
-fn tensors<'a>(s: &Scaler, st: &'a mut ScaleState, dev: Device) -> Result<&'a (Raw, Raw)> {
+/// The scale tensors, created on backend `b` and device `dev` when first
+/// needed (PyTorch's lazy init, on the device of the first tensors it sees).
+fn tensors<'a>(s: &Scaler, st: &'a mut ScaleState, b: BackendId, dev: Device) -> Result<&'a (Raw, Raw)> {
     if st.tensors.is_none() {
-        st.tensors = Some(imp::scaler_state(crate::backend::active(), s.init_scale, dev)?);
+        st.tensors = Some(imp::scaler_state(b, s.init_scale, 0, dev)?);
     }
     Ok(st.tensors.as_ref().expect("just set"))
 }
@@ -75,7 +77,7 @@ fn tensors<'a>(s: &Scaler, st: &'a mut ScaleState, dev: Device) -> Result<&'a (R
 pub fn scale_loss(loss: i64, scaler: i64) -> Result<i64> {
     let l = tensor::get(loss)?;
     with_state(scaler, |s, st| {
-        let (scale, _) = tensors(s, st, imp::device(&l.raw))?;
+        let (scale, _) = tensors(s, st, l.backend, imp::device(&l.raw))?;
         tensor::register(l.backend, imp::scale_by(&l.raw, scale)?)
     })
 }
@@ -90,8 +92,8 @@ pub fn unscale_grads(grads: &str, scaler: i64) -> Result<bool> {
             crate::bail!(E_AMP_STATE, "unscale_grads() has already been called since the last update()");
         }
         let raws: Vec<&Raw> = ts.iter().map(|t| &t.raw).collect();
-        let dev = raws.first().map_or(Device::Cpu, |r| imp::device(r));
-        let (scale, _) = tensors(s, st, dev)?;
+        let (b, dev) = raws.first().map_or((backend::active(), Device::Cpu), |r| (r.backend(), imp::device(r)));
+        let (scale, _) = tensors(s, st, b, dev)?;
         let found = imp::unscale(&raws, scale)?;
         st.unscaled = Some(found);
         Ok(found)
@@ -102,11 +104,28 @@ pub fn unscale_grads(grads: &str, scaler: i64) -> Result<bool> {
 pub fn update(scaler: i64, found_inf: bool) -> Result<()> {
     with_state(scaler, |s, st| {
         let found = found_inf || st.unscaled.unwrap_or(false);
-        let (scale, tracker) = tensors(s, st, Device::Cpu)?;
+        let (scale, tracker) = tensors(s, st, backend::active(), Device::Cpu)?;
         imp::update_scale(scale, tracker, found, s.growth, s.backoff, s.interval)?;
         st.unscaled = None;
         Ok(())
     })
+}
+
+/// `torch._amp_update_scale_`'s rule, with its CPU kernel's arithmetic: on
+/// an inf the scale backs off and the tracker resets; after `interval`
+/// clean steps in a row it grows (the float32 scale times the double
+/// factor, rounded to float32, kept only when finite) and the tracker resets.
+pub fn next_scale(scale: f32, tracker: i32, found_inf: bool, growth: f64, backoff: f64, interval: i64) -> (f32, i32) {
+    if found_inf {
+        return ((scale as f64 * backoff) as f32, 0);
+    }
+    let successful = tracker.wrapping_add(1);
+    if i64::from(successful) == interval {
+        let grown = (scale as f64 * growth) as f32;
+        (if grown.is_finite() { grown } else { scale }, 0)
+    } else {
+        (scale, successful)
+    }
 }
 
 pub fn get_scale(scaler: i64) -> Result<f64> {
@@ -137,17 +156,21 @@ pub fn step(loss: i64, scaler: i64, params: &str, opt: i64) -> Result<bool> {
 }
 
 thread_local! {
-    /// Autocast states to restore, one entry per open region on this thread.
-    static REGIONS: RefCell<Vec<[AutocastState; 2]>> = const { RefCell::new(Vec::new()) };
+    /// Autocast states to restore, one entry per open region on this thread:
+    /// libtorch's (CPU, CUDA) and the native backend's.
+    static REGIONS: RefCell<Vec<([AutocastState; 2], Option<DType>)>> = const { RefCell::new(Vec::new()) };
 }
 
 const DEVICES: [Device; 2] = [Device::Cpu, Device::Cuda(0)];
 
 fn enter_with(policy: &[(Device, DType)]) -> Result<()> {
     crate::backend::active_built()?;
-    let saved = DEVICES.map(imp::autocast_get);
+    let saved = (DEVICES.map(imp::autocast_get), imp::native_autocast());
     for &(dev, dt) in policy {
         imp::autocast_set(dev, AutocastState { enabled: true, dtype: imp::autocast_dtype_code(dt) })?;
+        if dev == Device::Cpu {
+            imp::set_native_autocast(Some(dt));
+        }
     }
     imp::autocast_nesting(true);
     REGIONS.with(|r| r.borrow_mut().push(saved));
@@ -175,7 +198,8 @@ pub fn exit() -> Result<()> {
         crate::bail!(E_AMP_STATE, "autocast_exit without a matching autocast_enter on this thread");
     };
     imp::autocast_nesting(false);
-    for (dev, s) in DEVICES.into_iter().zip(saved) {
+    imp::set_native_autocast(saved.1);
+    for (dev, s) in DEVICES.into_iter().zip(saved.0) {
         imp::autocast_set(dev, s)?;
     }
     Ok(())
@@ -211,6 +235,6 @@ pub fn scaler_import(x: ScalerExport) -> Result<i64> {
         crate::bail!(E_CKPT_FORMAT, "scaler.json: growth_tracker {} is not a non-negative int32", x.growth_tracker);
     }
     // The state is built before the handle exists: a failing import creates nothing.
-    s.state.get_mut().unwrap_or_else(|p| p.into_inner()).tensors = Some(imp::scaler_state_with(crate::backend::active(), x.scale, x.growth_tracker, Device::Cpu)?);
+    s.state.get_mut().unwrap_or_else(|p| p.into_inner()).tensors = Some(imp::scaler_state(backend::active(), x.scale, x.growth_tracker, Device::Cpu)?);
     SCALERS.insert(s)
 }

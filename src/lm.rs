@@ -185,6 +185,98 @@ impl LmSpec {
     }
 }
 
+/// The operations the GPT is written in. Each backend implements them with
+/// its own kernels (the torch backend with the ops of the PyTorch reference
+/// model, python/tests/lm_reference.py); the model itself, `gpt_logits` and
+/// `gpt_loss`, is written once, here.
+pub trait GptOps {
+    type T;
+    fn shape(&self, x: &Self::T) -> Vec<i64>;
+    /// `F.embedding(w, ids)`.
+    fn embedding(&self, w: &Self::T, ids: &Self::T) -> Result<Self::T>;
+    /// `x.narrow(dim, start, len)`.
+    fn narrow(&self, x: &Self::T, dim: i64, start: i64, len: i64) -> Result<Self::T>;
+    fn add(&self, a: &Self::T, b: &Self::T) -> Result<Self::T>;
+    /// `F.dropout(x, p, training=True)`; only called when `p > 0` while training.
+    fn dropout(&self, x: Self::T, p: f64) -> Result<Self::T>;
+    /// `F.layer_norm` over the last dim, eps `EPS`.
+    fn layer_norm(&self, x: &Self::T, w: &Self::T, b: &Self::T) -> Result<Self::T>;
+    /// `x * rsqrt(mean(x², -1, keepdim) + EPS) * w + b`.
+    fn rms_norm(&self, x: &Self::T, w: &Self::T, b: &Self::T) -> Result<Self::T>;
+    /// `x @ w + b` for `w` laid out `[in, out]` (`F.linear(x, w.T, b)`).
+    fn linear(&self, x: &Self::T, w: &Self::T, b: &Self::T) -> Result<Self::T>;
+    /// `x @ w.T + b` (`F.linear(x, w, b)`: the tied head over `tok_embed`).
+    fn linear_t(&self, x: &Self::T, w: &Self::T, b: &Self::T) -> Result<Self::T>;
+    fn view(&self, x: &Self::T, shape: &[i64]) -> Result<Self::T>;
+    fn transpose(&self, x: &Self::T, d0: i64, d1: i64) -> Result<Self::T>;
+    /// `x.contiguous().view(shape)`.
+    fn reshape(&self, x: &Self::T, shape: &[i64]) -> Result<Self::T>;
+    fn matmul(&self, a: &Self::T, b: &Self::T) -> Result<Self::T>;
+    fn div_scalar(&self, x: &Self::T, s: f64) -> Result<Self::T>;
+    /// Softmax over the last dim of `[.., s, s]` scores with the future
+    /// (`triu(1)`) masked out.
+    fn causal_softmax(&self, scores: &Self::T) -> Result<Self::T>;
+    fn activation(&self, x: &Self::T, a: Activation) -> Result<Self::T>;
+    /// Mean cross-entropy of `[n, V]` logits against `[n]` int64 targets.
+    fn cross_entropy(&self, logits: &Self::T, targets: &Self::T) -> Result<Self::T>;
+}
+
+fn norm<O: GptOps>(o: &O, x: &O::T, w: &O::T, b: &O::T, kind: Norm) -> Result<O::T> {
+    match kind {
+        Norm::LayerNorm => o.layer_norm(x, w, b),
+        Norm::RmsNorm => o.rms_norm(x, w, b),
+    }
+}
+
+fn dropout<O: GptOps>(o: &O, x: O::T, p: f64, training: bool) -> Result<O::T> {
+    if training && p > 0.0 {
+        o.dropout(x, p)
+    } else {
+        Ok(x)
+    }
+}
+
+/// The logits `[batch, seq, vocab]` of the pre-norm GPT (ABI.md) on `ids [batch, seq]`.
+pub fn gpt_logits<O: GptOps>(o: &O, p: &[&O::T], spec: &LmSpec, ids: &O::T, training: bool) -> Result<O::T> {
+    let size = o.shape(ids);
+    let (b, s) = (size[0], size[1]);
+    let (d, h) = (spec.d_model, spec.n_heads);
+    let dh = d / h;
+    let drop = |x: O::T| dropout(o, x, spec.dropout, training);
+    let pos = o.narrow(p[1], 0, 0, s)?;
+    let mut x = drop(o.add(&o.embedding(p[0], ids)?, &pos)?)?;
+    let heads = |t: O::T| o.transpose(&o.view(&t, &[b, s, h, dh])?, 1, 2);
+    for l in 0..spec.n_layers as usize {
+        let w = |k: usize| p[2 + 12 * l + k];
+        let a = norm(o, &x, w(0), w(1), spec.norm)?;
+        let qkv = o.linear(&a, w(2), w(3))?;
+        let q = heads(o.narrow(&qkv, -1, 0, d)?)?;
+        let k = heads(o.narrow(&qkv, -1, d, d)?)?;
+        let v = heads(o.narrow(&qkv, -1, 2 * d, d)?)?;
+        let scores = o.div_scalar(&o.matmul(&q, &o.transpose(&k, -2, -1)?)?, (dh as f64).sqrt())?;
+        let att = o.causal_softmax(&scores)?;
+        let y = o.reshape(&o.transpose(&o.matmul(&att, &v)?, 1, 2)?, &[b, s, d])?;
+        x = o.add(&x, &drop(o.linear(&y, w(4), w(5))?)?)?;
+        let m = o.linear(&norm(o, &x, w(6), w(7), spec.norm)?, w(8), w(9))?;
+        let m = o.activation(&m, spec.activation)?;
+        x = o.add(&x, &drop(o.linear(&m, w(10), w(11))?)?)?;
+    }
+    let base = 2 + 12 * spec.n_layers as usize;
+    let x = norm(o, &x, p[base], p[base + 1], spec.norm)?;
+    if spec.tie_embeddings {
+        o.linear_t(&x, p[0], p[base + 2])
+    } else {
+        o.linear(&x, p[base + 2], p[base + 3])
+    }
+}
+
+/// Mean cross-entropy of the logits against `targets [batch, seq]`.
+pub fn gpt_loss<O: GptOps>(o: &O, p: &[&O::T], spec: &LmSpec, ids: &O::T, targets: &O::T, training: bool) -> Result<O::T> {
+    let logits = gpt_logits(o, p, spec, ids, training)?;
+    let n: i64 = o.shape(targets).iter().product();
+    o.cross_entropy(&o.view(&logits, &[n, spec.vocab])?, &o.view(targets, &[n])?)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Init {
     /// `randn * 0.02`, drawn in parameter order from the seeded generator.

@@ -1,7 +1,9 @@
 //! AdamW with parameter groups, `torch.optim.AdamW` semantics: decoupled
 //! weight decay `lr * wd`, bias correction, eps added after the square root,
 //! moments in the parameter's dtype and device, parameters without a grad
-//! skipped. The arithmetic runs in libtorch (see backend `adamw_step`).
+//! skipped. The step's scalars are computed once here (`AdamwStep`); each
+//! backend applies them with its own kernels (libtorch's through the shim,
+//! the native backend's in Rust), in PyTorch's order of tensor ops.
 //!
 //! Sharded (ZeRO stage 1, as `torch.distributed.optim.ZeroRedundancyOptimizer`):
 //! every parameter has an owner rank, each rank keeps moments only for the
@@ -44,6 +46,40 @@ impl Hyper {
             crate::bail!(E_INVALID_ARG, "Invalid weight_decay value: {weight_decay}");
         }
         Ok(self)
+    }
+}
+
+/// The scalars of one `_single_tensor_adamw` step (what `torch.optim.AdamW`
+/// runs for CPU tensors), computed in double as PyTorch's Python computes
+/// them. Backends apply, in this order:
+/// `param.mul_(decay)` (skipped when `decay == 1`, i.e. no weight decay),
+/// `exp_avg.lerp_(grad, lerp)`, `exp_avg_sq.mul_(beta2).addcmul_(grad, grad, sq_weight)`,
+/// `denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)`, `param.addcdiv_(exp_avg, denom, -step_size)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamwStep {
+    pub decay: f64,
+    pub lerp: f64,
+    pub beta2: f64,
+    pub sq_weight: f64,
+    pub bc2_sqrt: f64,
+    pub eps: f64,
+    pub step_size: f64,
+}
+
+impl AdamwStep {
+    /// The scalars of step number `step` (1 for the first).
+    pub fn new(h: Hyper, step: f64) -> AdamwStep {
+        let bias_correction1 = 1.0 - h.beta1.powf(step);
+        let bias_correction2 = 1.0 - h.beta2.powf(step);
+        AdamwStep {
+            decay: if h.weight_decay != 0.0 { 1.0 - h.lr * h.weight_decay } else { 1.0 },
+            lerp: 1.0 - h.beta1,
+            beta2: h.beta2,
+            sq_weight: 1.0 - h.beta2,
+            bc2_sqrt: bias_correction2.powf(0.5),
+            eps: h.eps,
+            step_size: h.lr / bias_correction1,
+        }
     }
 }
 
@@ -175,13 +211,26 @@ fn group_mut(groups: &mut [Group], i: i64) -> Result<&mut Group> {
 }
 
 /// One AdamW update of `param` with `grad`, creating its moments on first use.
+/// The grad must match the param in shape and dtype, as PyTorch requires of
+/// `param.grad`; checked here so that every backend refuses alike.
 fn update(param: &Raw, grad: &Raw, state: &mut Option<Moments>, h: Hyper) -> Result<()> {
+    let (ps, gs) = (imp::shape(param), imp::shape(grad));
+    if ps != gs {
+        crate::bail!(E_SHAPE, "adamw: grad of shape {} for a param of shape {}", json::write_int_list(&gs), json::write_int_list(&ps));
+    }
+    let (pd, gd) = (imp::dtype(param)?, imp::dtype(grad)?);
+    if pd != gd {
+        crate::bail!(E_DTYPE, "adamw: grad of dtype {} for a param of dtype {}", gd.name(), pd.name());
+    }
+    if !pd.is_float() {
+        crate::bail!(E_DTYPE, "adamw: params must be floating, got {}", pd.name());
+    }
     let m = match state {
         Some(m) => m,
         None => state.insert(Moments { exp_avg: imp::zeros_like(param)?, exp_avg_sq: imp::zeros_like(param)?, step: 0 }),
     };
     m.step += 1;
-    imp::adamw_step(param, grad, &m.exp_avg, &m.exp_avg_sq, m.step as f64, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay)
+    imp::adamw_step(param, grad, &m.exp_avg, &m.exp_avg_sq, &AdamwStep::new(h, m.step as f64))
 }
 
 /// Steps every param of `group` that has a `.grad` (of a sharded optimizer,

@@ -1,4 +1,7 @@
-"""GradScaler against torch.amp.GradScaler("cpu"), autocast against torch.autocast("cpu")."""
+"""GradScaler against torch.amp.GradScaler("cpu"), autocast against
+torch.autocast("cpu"), on both backends. The scale sequence is compared
+exactly on both (the native backend applies _amp_update_scale_'s rule in
+the same float32/double arithmetic); values follow helpers.same's classes."""
 
 import math
 
@@ -8,6 +11,8 @@ import torch.nn.functional as F
 
 import enkai_tensor as et
 from helpers import same, to_et
+
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def test_scaler_sequence_with_injected_infs_matches_torch():
@@ -100,7 +105,7 @@ def test_whole_scaled_training_step_matches_torch():
         ts.update()
         stepped = es.step(el, [ew], eopt)
         assert stepped == (step != 2)
-        same(ew, tw)
+        same(ew, tw, kind="reduce")
         assert es.get_scale() == ts.get_scale()
 
 
@@ -112,9 +117,46 @@ def test_autocast_dtypes_and_values_match_torch():
         expect = [a @ b, F.linear(a, w.t(), bias), torch.relu(a), a + a, torch.softmax(a, -1)]
     with et.autocast():
         got = [ea @ eb, et.linear(ea, ew, ebias), ea.relu(), ea + ea, ea.softmax(-1)]
-    for e, t in zip(got, expect):
-        same(e, t)
+    kinds = ["reduce", "reduce", "elementwise", "elementwise", "reduce"]
+    for e, t, kind in zip(got, expect, kinds):
+        same(e, t, kind=kind)
     assert (ea @ eb).dtype == "fp32"  # closed again
+
+
+def test_autocast_output_dtypes_follow_torch_op_by_op():
+    """Every op of the ABI, on fp32 and bf16 inputs, inside autocast: the
+    output dtype is torch.autocast("cpu")'s (matmul/linear in bf16,
+    cross_entropy in fp32, the rest in their inputs' dtypes)."""
+    torch.manual_seed(7)
+    x, w, b = torch.randn(4, 8), torch.randn(8, 8), torch.randn(8)
+    t = torch.randint(0, 8, (4,))
+    m = torch.zeros(4, 8, dtype=torch.bool)
+    ops = {
+        "matmul": (lambda a: a @ w, lambda a: a @ to_et(w)),
+        "linear": (lambda a: F.linear(a, w.t(), b), lambda a: et.linear(a, to_et(w), to_et(b))),
+        "softmax": (lambda a: a.softmax(-1), lambda a: a.softmax(-1)),
+        "masked_softmax": (lambda a: torch._masked_softmax(a, m, 1, None), lambda a: et.masked_softmax(a, to_et(m), 1)),
+        "layernorm": (lambda a: F.layer_norm(a, (8,), torch.ones(8), torch.zeros(8)),
+                      lambda a: et.layernorm(a, et.ones([8]), et.zeros([8]))),
+        "cross_entropy": (lambda a: F.cross_entropy(a, t), lambda a: et.cross_entropy(a, to_et(t))),
+        "gelu": (F.gelu, lambda a: a.gelu()),
+        "relu": (torch.relu, lambda a: a.relu()),
+        "sigmoid": (torch.sigmoid, lambda a: a.sigmoid()),
+        "tanh": (torch.tanh, lambda a: a.tanh()),
+        "add": (lambda a: a + x, lambda a: a + to_et(x)),
+        "mul": (lambda a: a * x, lambda a: a * to_et(x)),
+        "sum": (lambda a: a.sum(), lambda a: a.sum()),
+        "mean": (lambda a: a.mean(), lambda a: a.mean()),
+        "transpose": (lambda a: a.t(), lambda a: a.transpose(0, 1)),
+    }
+    for dtype in (torch.float32, torch.bfloat16):
+        a = x.to(dtype)
+        for name, (tf, ef) in ops.items():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                want = tf(a)
+            with et.autocast():
+                got = ef(to_et(a))
+            assert got.dtype == {torch.float32: "fp32", torch.bfloat16: "bf16"}[want.dtype], (name, dtype)
 
 
 def test_autocast_nesting_and_device_selection():
@@ -128,7 +170,7 @@ def test_autocast_nesting_and_device_selection():
     with torch.autocast("cpu", dtype=torch.float16):
         expect = x @ y
     with et.autocast(et.device(), "fp16"):
-        same(to_et(x) @ to_et(y), expect)
+        same(to_et(x) @ to_et(y), expect, kind="reduce")
     with pytest.raises(et.EnkaiError) as ex:
         et.lib.enkai_autocast_exit() and et._raise()
     assert ex.value.code == "E_AMP_STATE"

@@ -447,30 +447,29 @@ pub fn clip_grad_norm(gs: &[&Raw], m: f64, n: f64) -> Result<f64> {
 
 // ------------------------------------------- training state (torch for now)
 
-#[allow(clippy::too_many_arguments)]
-pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, s: f64, lr: f64, b1: f64, b2: f64, e: f64, w: f64) -> Result<()> {
+/// The native backend's CPU autocast dtype on this thread (`None`: off).
+pub fn native_autocast() -> Option<DType> {
+    native::autocast::get()
+}
+
+pub fn set_native_autocast(dt: Option<DType>) {
+    native::autocast::set(dt)
+}
+
+pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::optim::AdamwStep) -> Result<()> {
     match many(&[p, g, m, v])? {
         #[cfg(feature = "torch")]
-        Many::Torch(t) => torch::adamw_step(t[0], t[1], t[2], t[3], s, lr, b1, b2, e, w),
-        Many::Native(_) => Err(not_native("AdamW")),
+        Many::Torch(t) => torch::adamw_step(t[0], t[1], t[2], t[3], c),
+        Many::Native(t) => native::adamw_step(t[0], t[1], t[2], t[3], c),
     }
 }
 
-pub fn scaler_state(b: BackendId, s: f64, d: Device) -> Result<(Raw, Raw)> {
+/// A backend's GradScaler state on `d`: the float32 scale `s` and the int32 growth tracker `t`, both 0-dim.
+pub fn scaler_state(b: BackendId, s: f64, t: i64, d: Device) -> Result<(Raw, Raw)> {
     match b {
         #[cfg(feature = "torch")]
-        BackendId::Torch => torch::scaler_state(s, d).map(|(a, b)| (Raw::Torch(a), Raw::Torch(b))),
-        BackendId::Cpu => Err(not_native("GradScaler")),
-        #[allow(unreachable_patterns)]
-        _ => Err(unavailable()),
-    }
-}
-
-pub fn scaler_state_with(b: BackendId, s: f64, t: i64, d: Device) -> Result<(Raw, Raw)> {
-    match b {
-        #[cfg(feature = "torch")]
-        BackendId::Torch => torch::scaler_state_with(s, t, d).map(|(a, b)| (Raw::Torch(a), Raw::Torch(b))),
-        BackendId::Cpu => Err(not_native("GradScaler")),
+        BackendId::Torch => torch::scaler_state(s, t, d).map(|(a, b)| (Raw::Torch(a), Raw::Torch(b))),
+        BackendId::Cpu => native::scaler_state(s, t).map(|(a, b)| (Raw::Native(a), Raw::Native(b))),
         #[allow(unreachable_patterns)]
         _ => Err(unavailable()),
     }
@@ -480,7 +479,7 @@ pub fn scale_by(l: &Raw, s: &Raw) -> Result<Raw> {
     match many(&[l, s])? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::scale_by(v[0], v[1]).map(Raw::Torch),
-        Many::Native(_) => Err(not_native("GradScaler")),
+        Many::Native(v) => native::binary(crate::ops::Binary::Mul, v[0], v[1]).map(Raw::Native),
     }
 }
 
@@ -490,7 +489,7 @@ pub fn unscale(gs: &[&Raw], s: &Raw) -> Result<bool> {
     match many(&all)? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::unscale(&v[..v.len() - 1], v[v.len() - 1]),
-        Many::Native(_) => Err(not_native("GradScaler")),
+        Many::Native(v) => native::unscale(&v[..v.len() - 1], v[v.len() - 1]),
     }
 }
 
@@ -498,7 +497,7 @@ pub fn update_scale(s: &Raw, t: &Raw, f: bool, g: f64, b: f64, i: i64) -> Result
     match many(&[s, t])? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::update_scale(v[0], v[1], f, g, b, i),
-        Many::Native(_) => Err(not_native("GradScaler")),
+        Many::Native(v) => native::update_scale(v[0], v[1], f, g, b, i),
     }
 }
 
@@ -506,7 +505,7 @@ pub fn lm_init(b: BackendId, l: &[(Vec<i64>, crate::lm::Init)], d: Device, s: i6
     match b {
         #[cfg(feature = "torch")]
         BackendId::Torch => Ok(torch::lm_init(l, d, s)?.into_iter().map(Raw::Torch).collect()),
-        BackendId::Cpu => Err(not_native("the LM helpers")),
+        BackendId::Cpu => Ok(native::lm_init(l, s)?.into_iter().map(Raw::Native).collect()),
         #[allow(unreachable_patterns)]
         _ => Err(unavailable()),
     }
@@ -518,7 +517,7 @@ pub fn lm_forward(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw, t: &Raw, tr: bool)
     match many(&all)? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::lm_forward(&v[..p.len()], s, v[p.len()], v[p.len() + 1], tr).map(Raw::Torch),
-        Many::Native(_) => Err(not_native("the LM helpers")),
+        Many::Native(v) => native::lm_forward(&v[..p.len()], s, v[p.len()], v[p.len() + 1], tr).map(Raw::Native),
     }
 }
 
@@ -528,7 +527,7 @@ pub fn lm_logits(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw) -> Result<Raw> {
     match many(&all)? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::lm_logits(&v[..p.len()], s, v[p.len()]).map(Raw::Torch),
-        Many::Native(_) => Err(not_native("the LM helpers")),
+        Many::Native(v) => native::lm_logits(&v[..p.len()], s, v[p.len()]).map(Raw::Native),
     }
 }
 

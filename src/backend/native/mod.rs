@@ -3,10 +3,12 @@
 //! `matmul`, `fused`), and a reverse-mode tape (`autograd`). It needs no
 //! libtorch; the functions here mirror the torch backend's, one for one.
 
+pub mod autocast;
 mod autograd;
 pub mod elem;
 pub mod fused;
 mod kernels;
+mod lm;
 mod matmul;
 mod nn;
 mod ops;
@@ -14,20 +16,40 @@ pub mod par;
 mod rng;
 mod storage;
 mod tensor;
+mod train;
 
 use std::ffi::c_void;
 use std::sync::Arc;
 
-pub use matmul::{linear, matmul};
-pub use nn::{cross_entropy, dropout, embedding, layernorm, layernorm_backward, masked_softmax, masked_softmax_backward, softmax};
+pub use nn::{dropout, embedding, layernorm, layernorm_backward, masked_softmax, masked_softmax_backward, softmax};
 pub use ops::{binary, concat, min_max, reduce, reshape, slice, to_device, to_dtype, transpose, unary, view};
+pub use lm::{lm_forward, lm_init, lm_logits};
 pub use tensor::Raw;
+pub use train::{adamw_step, scaler_state, unscale, update_scale};
 
 use self::elem::{with_elem, with_float, Elem};
 use crate::backend::Init;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+
+/// `a @ b`; in bf16 (or the autocast dtype) inside CPU autocast.
+pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
+    autocast::lower([a, b], |[a, b]| matmul::matmul(a, b))
+}
+
+/// `x @ w + b`; in the autocast dtype inside CPU autocast.
+pub fn linear(x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<Raw> {
+    match b {
+        Some(b) => autocast::lower([x, w, b], |[x, w, b]| matmul::linear(x, w, Some(b))),
+        None => autocast::lower([x, w], |[x, w]| matmul::linear(x, w, None)),
+    }
+}
+
+/// Mean cross-entropy; in fp32 inside CPU autocast.
+pub fn cross_entropy(logits: &Raw, targets: &Raw) -> Result<Raw> {
+    autocast::fp32([logits, targets], |[l, t]| nn::cross_entropy(l, t))
+}
 
 pub fn set_num_threads(n: i64) {
     par::set_threads(n as usize);

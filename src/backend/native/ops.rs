@@ -251,6 +251,48 @@ pub fn unary(op: Unary, x: &Raw) -> Result<Raw> {
     }
 }
 
+fn float_only(op: &str, x: &Raw) -> Result<()> {
+    if !x.dtype().is_float() {
+        crate::bail!(E_DTYPE, "{op} needs a floating tensor, got {}", x.dtype().name());
+    }
+    Ok(())
+}
+
+/// `torch.rsqrt` of a floating tensor; its gradient is `-g·y³/2`, as torch's.
+pub fn rsqrt(x: &Raw) -> Result<Raw> {
+    float_only("rsqrt", x)?;
+    let out = map_float(x, |v| 1.0 / v.sqrt(), |v| 1.0 / v.sqrt())?;
+    if !needs_grad(&[x]) {
+        return Ok(out);
+    }
+    let y = out.detached();
+    Ok(record(out, "RsqrtBackward", &[x], move |g| {
+        Ok(vec![Some(grad_map(g, &y, |g, y| -0.5 * g * y * y * y, |g, y| -0.5 * g * y * y * y)?)])
+    }))
+}
+
+/// `F.silu` of a floating tensor, `x / (1 + e^-x)`; its gradient is
+/// `g·s·(1 + x·(1 − s))` with `s = sigmoid(x)`, as torch's `silu_backward`.
+pub fn silu(x: &Raw) -> Result<Raw> {
+    float_only("silu", x)?;
+    let out = map_float(x, |v| v / (1.0 + (-v).exp()), |v| v / (1.0 + (-v).exp()))?;
+    if !needs_grad(&[x]) {
+        return Ok(out);
+    }
+    let sx = x.detached();
+    Ok(record(out, "SiluBackward", &[x], move |g| {
+        let back64 = |g: f64, x: f64| {
+            let s = 1.0 / (1.0 + (-x).exp());
+            g * s * (1.0 + x * (1.0 - s))
+        };
+        let back32 = |g: f32, x: f32| {
+            let s = 1.0 / (1.0 + (-x).exp());
+            g * s * (1.0 + x * (1.0 - s))
+        };
+        Ok(vec![Some(grad_map(g, &sx, back64, back32)?)])
+    }))
+}
+
 // ---------------------------------------------------------------------- views
 
 /// The strides that let `shape` view a tensor of `old` shape/strides without

@@ -57,7 +57,18 @@ fn split() -> Xoshiro {
 
 /// Standard normal values (Box–Muller) into a fresh contiguous tensor.
 pub fn randn(t: &Raw) {
-    let mut r = split();
+    fill_randn(&mut split(), t);
+}
+
+/// Standard normal values into each tensor in turn, from a generator of
+/// this call's own seeded with `seed`: the process's generator is neither
+/// read nor reseeded, so threads drawing at once each get their seed's values.
+pub fn randn_seeded(ts: &[&Raw], seed: i64) {
+    let mut r = Xoshiro::seeded(seed as u64);
+    ts.iter().for_each(|t| fill_randn(&mut r, t));
+}
+
+fn fill_randn(r: &mut Xoshiro, t: &Raw) {
     with_elem!(t.dtype(), T => {
         let s = t.slice_mut::<T>();
         let mut pairs = s.chunks_mut(2);

@@ -1,13 +1,13 @@
-//! The GPT forward pass of `crate::lm`, written with the same libtorch ops,
-//! in the same order, as the PyTorch reference in python/tests/lm_reference.py.
+//! The GPT of `crate::lm` on libtorch: its parameters, and its ops written
+//! with the same libtorch calls as the PyTorch reference in
+//! python/tests/lm_reference.py.
 
-use super::{tdevice, Raw};
+use super::{scalar_op, tdevice, Raw};
 use crate::device::Device;
 use crate::error::Result;
-use crate::lm::{Activation, Init, LmSpec, Norm, EPS};
+use crate::lm::{gpt_logits, gpt_loss, Activation, GptOps, Init, LmSpec, EPS};
 
 type T = tch::Tensor;
-type R<X> = std::result::Result<X, tch::TchError>;
 
 /// The parameters of `layout`: `randn·0.02` matrices drawn in order from a
 /// CPU generator of this call's own seeded with `seed` (the values
@@ -31,80 +31,86 @@ pub fn lm_init(layout: &[(Vec<i64>, Init)], dev: Device, seed: i64) -> Result<Ve
     layout.iter().map(|(s, i)| make(s, *i).map(Raw)).collect()
 }
 
-fn norm(x: &T, w: &T, b: &T, kind: Norm) -> R<T> {
-    match kind {
-        Norm::LayerNorm => x.f_layer_norm(w.size(), Some(w), Some(b), EPS, true),
-        Norm::RmsNorm => {
+/// The GPT's ops with the libtorch calls of the PyTorch reference model.
+/// Every call goes through `scalar_op`: several take a `Scalar`.
+struct Torch;
+
+impl GptOps for Torch {
+    type T = T;
+    fn shape(&self, x: &T) -> Vec<i64> {
+        x.size()
+    }
+    fn embedding(&self, w: &T, ids: &T) -> Result<T> {
+        scalar_op(|| T::f_embedding(w, ids, -1, false, false))
+    }
+    fn narrow(&self, x: &T, dim: i64, start: i64, len: i64) -> Result<T> {
+        scalar_op(|| x.f_narrow(dim, start, len))
+    }
+    fn add(&self, a: &T, b: &T) -> Result<T> {
+        scalar_op(|| a.f_add(b))
+    }
+    fn dropout(&self, x: T, p: f64) -> Result<T> {
+        scalar_op(|| x.f_dropout(p, true))
+    }
+    fn layer_norm(&self, x: &T, w: &T, b: &T) -> Result<T> {
+        scalar_op(|| x.f_layer_norm(w.size(), Some(w), Some(b), EPS, true))
+    }
+    fn rms_norm(&self, x: &T, w: &T, b: &T) -> Result<T> {
+        scalar_op(|| {
             let ms = x.f_square()?.f_mean_dim(Some(&[-1i64][..]), true, None::<tch::Kind>)?;
             x.f_mul(&ms.f_add_scalar(EPS)?.f_rsqrt()?)?.f_mul(w)?.f_add(b)
-        }
+        })
+    }
+    fn linear(&self, x: &T, w: &T, b: &T) -> Result<T> {
+        scalar_op(|| x.f_linear(&w.f_tr()?, Some(b)))
+    }
+    fn linear_t(&self, x: &T, w: &T, b: &T) -> Result<T> {
+        scalar_op(|| x.f_linear(w, Some(b)))
+    }
+    fn view(&self, x: &T, shape: &[i64]) -> Result<T> {
+        scalar_op(|| x.f_view(shape))
+    }
+    fn transpose(&self, x: &T, d0: i64, d1: i64) -> Result<T> {
+        scalar_op(|| x.f_transpose(d0, d1))
+    }
+    fn reshape(&self, x: &T, shape: &[i64]) -> Result<T> {
+        scalar_op(|| x.f_contiguous()?.f_view(shape))
+    }
+    fn matmul(&self, a: &T, b: &T) -> Result<T> {
+        scalar_op(|| a.f_matmul(b))
+    }
+    fn div_scalar(&self, x: &T, s: f64) -> Result<T> {
+        scalar_op(|| x.f_div_scalar(s))
+    }
+    fn causal_softmax(&self, scores: &T) -> Result<T> {
+        let s = *scores.size().last().unwrap_or(&0);
+        scalar_op(|| {
+            let mask = T::f_ones([s, s], (tch::Kind::Bool, scores.device()))?.f_triu(1)?;
+            scores.f_masked_fill(&mask, f64::NEG_INFINITY)?.f_softmax(-1, None::<tch::Kind>)
+        })
+    }
+    fn activation(&self, x: &T, a: Activation) -> Result<T> {
+        scalar_op(|| match a {
+            Activation::Gelu => x.f_gelu("none"),
+            Activation::Relu => x.f_relu(),
+            Activation::Silu => x.f_silu(),
+        })
+    }
+    fn cross_entropy(&self, logits: &T, targets: &T) -> Result<T> {
+        scalar_op(|| logits.f_cross_entropy_loss(targets, None::<T>, tch::Reduction::Mean, -100, 0.0))
     }
 }
 
-/// `F.linear(x, w.T, b)` for `w` laid out `[in, out]`.
-fn linear(x: &T, w: &T, b: &T) -> R<T> {
-    x.f_linear(&w.f_tr()?, Some(b))
-}
-
-fn dropout(x: T, p: f64, training: bool) -> R<T> {
-    if training && p > 0.0 {
-        x.f_dropout(p, true)
-    } else {
-        Ok(x)
-    }
+fn tensors<'a>(params: &[&'a Raw]) -> Vec<&'a T> {
+    params.iter().map(|p| &p.0).collect()
 }
 
 /// Mean cross-entropy of the logits against `targets`.
 pub fn lm_forward(params: &[&Raw], spec: &LmSpec, ids: &Raw, targets: &Raw, training: bool) -> Result<Raw> {
-    let run = || -> R<T> {
-        let logits = logits(params, spec, ids, training)?;
-        let n = targets.0.numel() as i64;
-        logits.f_view([n, spec.vocab])?.f_cross_entropy_loss(&targets.0.f_view([n])?, None::<T>, tch::Reduction::Mean, -100, 0.0)
-    };
-    super::scalar_op(run).map(Raw)
+    gpt_loss(&Torch, &tensors(params), spec, &ids.0, &targets.0, training).map(Raw)
 }
 
 /// Logits `[batch, seq, vocab]`.
 pub fn lm_logits(params: &[&Raw], spec: &LmSpec, ids: &Raw) -> Result<Raw> {
-    super::scalar_op(|| logits(params, spec, ids, false)).map(Raw)
-}
-
-fn logits(params: &[&Raw], spec: &LmSpec, ids: &Raw, training: bool) -> R<T> {
-    {
-        let p = |i: usize| &params[i].0;
-        let size = ids.0.size();
-        let (b, s) = (size[0], size[1]);
-        let (d, h) = (spec.d_model, spec.n_heads);
-        let dh = d / h;
-        let pos = p(1).f_narrow(0, 0, s)?;
-        let mut x = dropout(T::f_embedding(p(0), &ids.0, -1, false, false)?.f_add(&pos)?, spec.dropout, training)?;
-        let mask = T::f_ones([s, s], (tch::Kind::Bool, ids.0.device()))?.f_triu(1)?;
-        let heads = |t: T| t.f_view([b, s, h, dh])?.f_transpose(1, 2);
-        for l in 0..spec.n_layers as usize {
-            let w = |k: usize| p(2 + 12 * l + k);
-            let a = norm(&x, w(0), w(1), spec.norm)?;
-            let qkv = linear(&a, w(2), w(3))?;
-            let q = heads(qkv.f_narrow(-1, 0, d)?)?;
-            let k = heads(qkv.f_narrow(-1, d, d)?)?;
-            let v = heads(qkv.f_narrow(-1, 2 * d, d)?)?;
-            let scores = q.f_matmul(&k.f_transpose(-2, -1)?)?.f_div_scalar((dh as f64).sqrt())?;
-            let att = scores.f_masked_fill(&mask, f64::NEG_INFINITY)?.f_softmax(-1, None::<tch::Kind>)?;
-            let y = att.f_matmul(&v)?.f_transpose(1, 2)?.f_contiguous()?.f_view([b, s, d])?;
-            x = x.f_add(&dropout(linear(&y, w(4), w(5))?, spec.dropout, training)?)?;
-            let m = linear(&norm(&x, w(6), w(7), spec.norm)?, w(8), w(9))?;
-            let m = match spec.activation {
-                Activation::Gelu => m.f_gelu("none")?,
-                Activation::Relu => m.f_relu()?,
-                Activation::Silu => m.f_silu()?,
-            };
-            x = x.f_add(&dropout(linear(&m, w(10), w(11))?, spec.dropout, training)?)?;
-        }
-        let base = 2 + 12 * spec.n_layers as usize;
-        let x = norm(&x, p(base), p(base + 1), spec.norm)?;
-        if spec.tie_embeddings {
-            x.f_linear(p(0), Some(p(base + 2)))
-        } else {
-            linear(&x, p(base + 2), p(base + 3))
-        }
-    }
+    gpt_logits(&Torch, &tensors(params), spec, &ids.0, false).map(Raw)
 }

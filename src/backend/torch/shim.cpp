@@ -30,18 +30,15 @@ extern "C" {
 
 // Returns NULL, or a malloc'ed message that the caller frees.
 char* enkai_shim_adamw_step(at::Tensor* param, at::Tensor* grad, at::Tensor* exp_avg,
-                            at::Tensor* exp_avg_sq, double step, double lr, double beta1,
-                            double beta2, double eps, double weight_decay) {
+                            at::Tensor* exp_avg_sq, double decay, double lerp, double beta2,
+                            double sq_weight, double bc2_sqrt, double eps, double step_size) {
+  // The scalars come from crate::optim::AdamwStep; the ops are _single_tensor_adamw's.
   return guarded([&] {
     at::NoGradGuard no_grad;
-    if (weight_decay != 0) param->mul_(1 - lr * weight_decay);
-    exp_avg->lerp_(*grad, 1 - beta1);
-    exp_avg_sq->mul_(beta2).addcmul_(*grad, *grad, 1 - beta2);
-    double bias_correction1 = 1 - std::pow(beta1, step);
-    double bias_correction2 = 1 - std::pow(beta2, step);
-    double step_size = lr / bias_correction1;
-    double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
-    at::Tensor denom = (exp_avg_sq->sqrt() / bias_correction2_sqrt).add_(eps);
+    if (decay != 1) param->mul_(decay);
+    exp_avg->lerp_(*grad, lerp);
+    exp_avg_sq->mul_(beta2).addcmul_(*grad, *grad, sq_weight);
+    at::Tensor denom = (exp_avg_sq->sqrt() / bc2_sqrt).add_(eps);
     param->addcdiv_(*exp_avg, denom, -step_size);
   });
 }

@@ -17,12 +17,13 @@ extern "C" {
         grad: AtTensor,
         exp_avg: AtTensor,
         exp_avg_sq: AtTensor,
-        step: f64,
-        lr: f64,
-        beta1: f64,
+        decay: f64,
+        lerp: f64,
         beta2: f64,
+        sq_weight: f64,
+        bc2_sqrt: f64,
         eps: f64,
-        weight_decay: f64,
+        step_size: f64,
     ) -> *mut c_char;
     fn enkai_shim_unscale(grads: *const AtTensor, n: usize, found_inf: AtTensor, inv_scale: AtTensor) -> *mut c_char;
     fn enkai_shim_autocast_get(device: c_int, enabled: *mut c_int, dtype: *mut c_int);
@@ -92,20 +93,14 @@ pub fn zeros_like(t: &Raw) -> Result<Raw> {
     t.0.f_zeros_like().map(Raw).map_err(torch_err)
 }
 
-/// One `torch.optim.AdamW` step for one parameter (`step` already incremented).
-#[allow(clippy::too_many_arguments)]
-pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, step: f64, lr: f64, b1: f64, b2: f64, eps: f64, wd: f64) -> Result<()> {
+/// One `torch.optim.AdamW` step for one parameter, with libtorch's own ops.
+pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::optim::AdamwStep) -> Result<()> {
     // SAFETY: four live tensors; the shim catches every C++ exception.
-    shim(unsafe { enkai_shim_adamw_step(ptr(&p.0), ptr(&g.0), ptr(&m.0), ptr(&v.0), step, lr, b1, b2, eps, wd) })
+    shim(unsafe { enkai_shim_adamw_step(ptr(&p.0), ptr(&g.0), ptr(&m.0), ptr(&v.0), c.decay, c.lerp, c.beta2, c.sq_weight, c.bc2_sqrt, c.eps, c.step_size) })
 }
 
 /// GradScaler state tensors on `dev`: a float32 scale and an int32 growth tracker, both 0-dim.
-pub fn scaler_state(init_scale: f64, dev: Device) -> Result<(Raw, Raw)> {
-    scaler_state_with(init_scale, 0, dev)
-}
-
-/// Scaler state tensors holding a saved scale and growth tracker.
-pub fn scaler_state_with(scale: f64, tracker: i64, dev: Device) -> Result<(Raw, Raw)> {
+pub fn scaler_state(scale: f64, tracker: i64, dev: Device) -> Result<(Raw, Raw)> {
     let d = super::tdevice(dev);
     let scale = super::create::full(&[], scale, (tch::Kind::Float, d))?;
     let tracker = super::create::full(&[], tracker as f64, (tch::Kind::Int, d))?;

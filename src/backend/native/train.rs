@@ -1,0 +1,113 @@
+//! The training kernels of the native backend: the AdamW update and the
+//! GradScaler's unscale and update, with the arithmetic of PyTorch's CPU
+//! kernels (each tensor op computes in the dtype's computing type and rounds
+//! to the dtype once, so bf16/fp16 parameters round where libtorch's do).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use num_traits::Float;
+
+use super::elem::{with_float, Arith, Elem, FloatElem};
+use super::kernels::{self, Ptr, Walk};
+use super::ops;
+use super::tensor::Raw;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::json::write_int_list as fmt;
+use crate::optim::AdamwStep;
+
+/// `torch.lerp(a, b, w)` as ATen's scalar kernel computes it: the form that
+/// keeps precision on the side of the nearer end.
+#[inline(always)]
+fn lerp<R: Float>(a: R, b: R, w: R) -> R {
+    if w.abs() < R::from(0.5).expect("0.5") {
+        a + w * (b - a)
+    } else {
+        b - (b - a) * (R::one() - w)
+    }
+}
+
+/// One AdamW update of `p` (and its moments `m`, `v`) with gradient `g`,
+/// in place, in the order of `AdamwStep`'s ops.
+pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &AdamwStep) -> Result<()> {
+    for t in [g, m, v] {
+        if t.dtype() != p.dtype() {
+            crate::bail!(E_DTYPE, "adamw: the param is {} but its grad or state is {}", p.dtype().name(), t.dtype().name());
+        }
+        if t.shape() != p.shape() {
+            crate::bail!(E_SHAPE, "adamw: the param is {} but its grad or state is {}", fmt(p.shape()), fmt(t.shape()));
+        }
+    }
+    with_float!(p.dtype(), T => adamw::<T>(p, g, m, v, c), _ => crate::bail!(E_DTYPE, "adamw: needs floating params, got {}", p.dtype().name()));
+    Ok(())
+}
+
+fn adamw<T: FloatElem>(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &AdamwStep) {
+    let r = |x: f64| <T::Real as Arith>::from_f64(x);
+    let (decay, w1, b2, w2, bc2, eps, neg_step) = (r(c.decay), r(c.lerp), r(c.beta2), r(c.sq_weight), r(c.bc2_sqrt), r(c.eps), r(-c.step_size));
+    let decays = c.decay != 1.0;
+    // Each tensor op rounds to T: `rt` is that rounding seen in the computing type.
+    let rt = |x: T::Real| T::down(x).up();
+    let one = move |p: &mut T, g: T, m: &mut T, v: &mut T| {
+        let pv = if decays { rt(p.up() * decay) } else { p.up() };
+        let gv = g.up();
+        let mv = rt(lerp(m.up(), gv, w1));
+        let vv = rt(rt(v.up() * b2) + w2 * gv * gv);
+        let denom = rt(rt(rt(vv.sqrt()) / bc2) + eps);
+        *p = T::down(pv + neg_step * mv / denom);
+        *m = T::down(mv);
+        *v = T::down(vv);
+    };
+    let w = Walk::new(p.shape(), [p.strides(), g.strides(), m.strides(), v.strides()]);
+    let (pp, pg, pm, pv) = (Ptr::<T>::of(p), Ptr::<T>::of(g), Ptr::<T>::of(m), Ptr::<T>::of(v));
+    let (n, [sp, sg, sm, sv]) = (w.inner, w.inner_strides);
+    w.par_rows([0; 4], |[op, og, om, ov]| {
+        for k in 0..n as isize {
+            // SAFETY: offsets come from the views' own shapes and strides; rows
+            // are disjoint and the four tensors are distinct buffers (a param,
+            // its grad and the optimizer's own moments).
+            unsafe { one(&mut *pp.at(op + k * sp), *pg.at(og + k * sg), &mut *pm.at(om + k * sm), &mut *pv.at(ov + k * sv)) }
+        }
+    });
+}
+
+/// A GradScaler's state: a 0-dim float32 scale and int32 growth tracker.
+pub fn scaler_state(scale: f64, tracker: i64) -> Result<(Raw, Raw)> {
+    Ok((ops::full(&[], DType::F32, scale)?, ops::full(&[], DType::I32, tracker as f64)?))
+}
+
+/// `torch._amp_foreach_non_finite_check_and_unscale_`: every grad times
+/// `1/scale` (the reciprocal taken in float64, then float32), in the grad's
+/// computing type; returns whether any element was inf or NaN.
+pub fn unscale(grads: &[&Raw], scale: &Raw) -> Result<bool> {
+    let inv = (1.0 / scale.get_f64(0)) as f32;
+    let found = AtomicBool::new(false);
+    for g in grads {
+        with_float!(g.dtype(), T => {
+            let k = <<T as Elem>::Acc as Arith>::from_f64(inv as f64);
+            kernels::update::<T>(g, |x| {
+                let v = x.up();
+                if !v.to_f64().is_finite() {
+                    found.store(true, Ordering::Relaxed);
+                }
+                if inv == 1.0 { x } else { T::down(Arith::mul(v, k)) }
+            });
+        }, _ => crate::bail!(E_DTYPE, "unscale: grads must be floating, got {}", g.dtype().name()));
+    }
+    Ok(found.into_inner())
+}
+
+/// `torch._amp_update_scale_` on the native state tensors, by the rule
+/// `crate::amp::next_scale` writes once for every backend that has no kernel of its own.
+pub fn update_scale(scale: &Raw, tracker: &Raw, found_inf: bool, growth: f64, backoff: f64, interval: i64) -> Result<()> {
+    if scale.dtype() != DType::F32 || tracker.dtype() != DType::I32 || scale.numel() != 1 || tracker.numel() != 1 {
+        crate::bail!(E_DTYPE, "update_scale: needs a one-element float32 scale and int32 growth tracker");
+    }
+    let (s, t) = crate::amp::next_scale(scale.get_f64(0) as f32, tracker.get_f64(0) as i32, found_inf, growth, backoff, interval);
+    // SAFETY: one element each, of the checked dtypes, owned by the scaler.
+    unsafe {
+        *Ptr::<f32>::of(scale).0 = s;
+        *Ptr::<i32>::of(tracker).0 = t;
+    }
+    Ok(())
+}
