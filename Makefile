@@ -61,24 +61,25 @@ nofeature-test:
 # The libtorch-free library (only the native backend), built as a CPU-only
 # user builds it, in its own target directory: libtorch must not be among its
 # dependencies, and the C suites that need no training state run against it
-# (the programs load it by SONAME; LD_LIBRARY_PATH overrides their RUNPATH).
-# The client loop and the stress test train (AdamW, GradScaler): they join
-# when those run on native tensors.
+# (the programs load it by SONAME; LD_LIBRARY_PATH overrides their RUNPATH;
+# the client loop dlopens the path it is given), then the stress test and fuzzer.
 NOTORCH_DIR := target/notorch/release
 NOTORCH := $(NOTORCH_DIR)/libenkai_tensor.so
-NOTORCH_TESTS := build/capi/test_lifecycle build/capi/test_dlpack build/capi/test_threads
+NOTORCH_TESTS := build/capi/test_lifecycle build/capi/test_dlpack build/capi/test_threads build/capi/test_client_loop
 notorch-build:
 	cargo build --release --no-default-features --target-dir target/notorch
 	ln -sf libenkai_tensor.so $(NOTORCH_DIR)/$$(readelf -d $(NOTORCH) | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 
-notorch-test: notorch-build $(NOTORCH_TESTS) build/capi/fuzz
+notorch-test: notorch-build $(NOTORCH_TESTS) build/capi/fuzz build/capi/stress
 	@if ldd $(NOTORCH) | grep -i torch; then echo "libtorch in the libtorch-free build"; exit 1; fi
 	@for t in $(NOTORCH_TESTS); do echo "== $$t (libtorch-free, valgrind)"; \
 	  LD_LIBRARY_PATH=$(CURDIR)/$(NOTORCH_DIR) $(VALGRIND) $$t $(CURDIR)/$(NOTORCH); done
+	LD_LIBRARY_PATH=$(CURDIR)/$(NOTORCH_DIR) build/capi/stress
 	LD_LIBRARY_PATH=$(CURDIR)/$(NOTORCH_DIR) build/capi/fuzz 100000 $(FUZZ_SEED)
 
-# The multi-rank tests launch build/capi/dist_worker and the demo under torchrun.
-python-test: build build/capi/dist_worker build/examples/train_tinylm
+# The multi-rank tests launch build/capi/dist_worker and the demo under torchrun;
+# the checkpoint tests cross between this library and the libtorch-free one.
+python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm
 	python -m pytest python/tests -q
 
 # The client-loop test loads the library with dlopen, as the Enkai runtime does.
@@ -109,6 +110,8 @@ FUZZ_CALLS ?= 200000
 FUZZ_SEED ?= 20261122
 capi-test: build $(CAPI_TESTS) build/capi/fuzz build/capi/stress
 	@for t in $(CAPI_TESTS); do echo "== $$t (valgrind)"; $(VALGRIND) $$t $(CURDIR)/$(LIB); done
+	@echo "== build/capi/test_client_loop (ENKAI_BACKEND=cpu, valgrind)"
+	ENKAI_BACKEND=cpu $(VALGRIND) build/capi/test_client_loop $(CURDIR)/$(LIB)
 	build/capi/fuzz $(FUZZ_CALLS) $(FUZZ_SEED)
 	build/capi/stress
 

@@ -1,5 +1,8 @@
 """Checkpoints: exact resume, verification, hostile files, interop with the
-safetensors package, concurrent ranked saves, and SIGKILL at random moments."""
+safetensors package, concurrent ranked saves, and SIGKILL at random moments,
+each on both backends (the processes a test starts use its backend too);
+and checkpoints crossing backends and builds (saved by one, loaded by the
+other, identical bytes back)."""
 
 import gc
 import hashlib
@@ -20,6 +23,10 @@ import enkai_tensor as et
 from helpers import same, to_et, to_torch
 
 CHILD = Path(__file__).with_name("ckpt_child.py")
+ROOT = Path(__file__).resolve().parents[2]
+NOTORCH = ROOT / "target" / "notorch" / "release" / "libenkai_tensor.so"
+
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def live():
@@ -396,3 +403,108 @@ def test_sigkill_at_random_moments_never_loses_the_checkpoint(tmp_path):
     et.checkpoint_save(tmp_path, [et.ones([1])], None, "{}")
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith((".staging", ".latest-"))]
     assert leftovers == []
+
+
+def training_state(tmp_path):
+    """Params of several dtypes, an AdamW with two groups after two steps, and
+    a GradScaler after an update: what a checkpoint must carry across."""
+    torch.manual_seed(12)
+    ts = [torch.randn(4, 3), torch.randn(5, dtype=torch.float64), torch.randn(3, 2).bfloat16(),
+          torch.arange(4, dtype=torch.int32)]
+    es = [to_et(t) for t in ts]
+    for e in es[:3]:
+        e.require_grad()
+    opt = et.AdamW(es[:2], lr=0.01, weight_decay=0.1)
+    opt.add_param_group([es[2]], 0.02, 0.0)
+    scaler = et.GradScaler(512.0, 2.0, 0.5, 1)
+    for _ in range(2):
+        et.zero_grad_multi(es[:3])
+        scaler.step(square_loss(es), es[:3], opt)
+    return es, opt, scaler
+
+
+def square_loss(es):
+    return (es[0] * es[0]).sum() + (es[1] * es[1]).sum().to_dtype("fp32") + (es[2] * es[2]).sum().to_dtype("fp32")
+
+
+def saved_state(tmp_path):
+    """(param bytes, moments as loaded back, scale) of the checkpoint in tmp_path, loaded on the active backend."""
+    ps, o, meta = et.checkpoint_load(tmp_path)
+    scaler = et.checkpoint_load_scaler(tmp_path)
+    ps[0] + et.zeros(ps[0].shape, ps[0].dtype)  # E_BACKEND_MISMATCH unless loaded on the active backend
+    # The optimizer's moments are compared through its next step: equal
+    # params, grads and state give equal results (bit for bit on one backend).
+    return ps, o, scaler, meta
+
+
+@pytest.mark.parametrize("target", ["torch", "cpu"])
+def test_checkpoints_cross_backends_unchanged(tmp_path, backend, target):
+    """Saved from one backend, loaded on the other (or the same): the same
+    bytes in every tensor, the optimizer's groups and moments, the scaler."""
+    if target not in et.backend_list():
+        pytest.skip("the torch backend is not built in")
+    es, opt, scaler = training_state(tmp_path)
+    et.checkpoint_save(tmp_path, es, opt, '{"from": "%s"}' % backend, scaler=scaler)
+    want = [e.to_bytes() for e in es]
+    et.backend_set(target)
+    ps, o, s2, meta = saved_state(tmp_path)
+    assert json.loads(meta)["from"] == backend
+    assert [p.to_bytes() for p in ps] == want and [p.dtype for p in ps] == [e.dtype for e in es]
+    assert s2.get_scale() == scaler.get_scale()
+    d = Path(tmp_path) / os.readlink(Path(tmp_path) / "latest")
+    moments = load_file(d / "optimizer.safetensors")
+    # one more step from the loaded state equals one more step from the live state
+    for params, optim in ((es, opt), (ps, o)):
+        et.zero_grad_multi(params[:3])
+        square_loss(params).backward()
+        optim.step()
+    for p, e in zip(ps, es):
+        same(p, to_torch(e), kind="reduce")
+    assert moments  # the file holds the moments (checked by value in the step above)
+
+
+def run_with(lib, code, tmp_path):
+    """Runs `code` with library `lib`: the libtorch-free one on its only backend, the full one on the test's."""
+    env = dict(os.environ, ENKAI_TENSOR_PATH=str(lib), PYTHONPATH=str(ROOT / "python"))
+    if lib == NOTORCH:
+        env["ENKAI_BACKEND"] = "cpu"
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, cwd=Path(__file__).parent,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+SAVE = """
+import sys, enkai_tensor as et
+ps = [et.full([3, 4], 1.5), et.full([5], 2.0, "fp64"), et.full([2], 7, "int64")]
+ps[0].require_grad()
+opt = et.AdamW([ps[0]], lr=0.1)
+(ps[0] * ps[0]).sum().backward()
+opt.step()
+s = et.GradScaler(256.0)
+s.update(True)
+et.checkpoint_save(sys.argv[1], ps, opt, '{"by": "%s"}' % ",".join(et.backend_list()), scaler=s)
+print(",".join(p.to_bytes().hex() for p in ps))
+"""
+
+LOAD = """
+import sys, enkai_tensor as et
+ps, o, meta = et.checkpoint_load(sys.argv[1])
+s = et.checkpoint_load_scaler(sys.argv[1])
+assert o is not None and s.get_scale() == 128.0, s.get_scale()
+print(",".join(p.to_bytes().hex() for p in ps))
+"""
+
+
+@pytest.mark.parametrize("direction", ["notorch-to-full", "full-to-notorch"])
+def test_checkpoints_cross_the_libtorch_free_build(tmp_path, direction):
+    """Saved by the libtorch-free library and loaded by the full one, and the
+    reverse, each in its own process: the full one on the backend the
+    fixture names (so native and libtorch tensors both cross)."""
+    if not NOTORCH.exists():
+        pytest.skip("the libtorch-free library is not built (make notorch-build)")
+    full = Path(os.environ["ENKAI_TENSOR_PATH"])
+    saver, loader = (NOTORCH, full) if direction == "notorch-to-full" else (full, NOTORCH)
+    wrote = run_with(saver, SAVE, tmp_path)
+    read = run_with(loader, LOAD, tmp_path)
+    assert wrote == read

@@ -153,12 +153,12 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Par
                        "growth_factor": s.growth, "backoff_factor": s.backoff, "growth_interval": s.interval});
         plan.insert(SCALER.into(), Content::Bytes(v.to_string().into_bytes()));
     }
-    // The generator's state, so that a resumed run draws the same dropout masks.
+    // The generators' states, so that a resumed run draws the same dropout masks.
     if backend::active_built().is_ok() {
-        let rng = imp::rng_state(backend::active())?;
+        let states = RNG_KEYS.iter().filter(|(_, b)| b.is_built()).map(|(k, b)| Ok(((*k).into(), imp::rng_state(*b)?))).collect::<Result<_>>()?;
         let mut m = BTreeMap::new();
         m.insert("format".into(), "enkai-rng-1".into());
-        plan.insert(RNG.into(), tensors_file(vec![("torch.cpu".into(), rng)], &m)?);
+        plan.insert(RNG.into(), tensors_file(states, &m)?);
     }
     plan.insert(META.into(), Content::Bytes(meta.to_vec()));
     Ok((plan, partition))
@@ -312,6 +312,37 @@ fn take_tensors(files: &mut Files, name: &str) -> Result<Option<(Tensors, BTreeM
     }
 }
 
+/// The key of each backend's generator state in `rng.safetensors`: libtorch's
+/// CPU generator (in `torch.get_rng_state()`'s format) and the native one's.
+/// Native first: its setter validates before it changes anything, so a
+/// failure of either leaves both generators as they were.
+const RNG_KEYS: [(&str, backend::BackendId); 2] = [("enkai.cpu", backend::BackendId::Cpu), ("torch.cpu", backend::BackendId::Torch)];
+
+/// Restores the saved state of every generator this build has (a state
+/// saved by a build without libtorch restores the native one only): all or,
+/// on a failure, none.
+fn restore_generators(mut rng: Tensors) -> Result<()> {
+    let known: Vec<_> = RNG_KEYS.iter().filter_map(|(k, b)| rng.remove(*k).map(|s| (*b, s))).collect();
+    if known.is_empty() {
+        crate::bail!(E_CKPT_FORMAT, "no generator state (\"torch.cpu\" or \"enkai.cpu\")");
+    }
+    let saved = imp::rng_state(backend::BackendId::Cpu)?;
+    for (b, state) in known.into_iter().filter(|(b, _)| b.is_built()) {
+        let done = match state.backend() {
+            s if s == b => imp::set_rng_state(&state),
+            _ => {
+                let (shape, dtype) = (imp::shape(&state), imp::dtype(&state)?);
+                imp::with_bytes(&state, |bytes| imp::from_bytes(b, bytes, &shape, dtype, Device::Cpu)).and_then(|s| imp::set_rng_state(&s))
+            }
+        };
+        if let Err(e) = done {
+            let _ = imp::set_rng_state(&saved);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// A loaded CPU tensor moved to the device it was saved from.
 fn placed(cpu: imp::Raw, dev: Device) -> Result<imp::Raw> {
     match dev {
@@ -411,9 +442,8 @@ fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u
     };
     let meta = bytes_of(&files, META).ok_or_else(|| format_err(INTEGRITY, format!("does not list {META}")))?.to_vec();
     // Last, so that a load that fails leaves the generator as it was.
-    if let Some((mut rng, _)) = take_tensors(&mut files, RNG)? {
-        let state = rng.remove("torch.cpu").ok_or_else(|| format_err(RNG, "no \"torch.cpu\" state"))?;
-        if let Err(e) = imp::set_rng_state(&state) {
+    if let Some((rng, _)) = take_tensors(&mut files, RNG)? {
+        if let Err(e) = restore_generators(rng) {
             if opt != 0 {
                 let _ = crate::registry::OPTIMIZERS.release(opt);
             }
