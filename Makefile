@@ -146,12 +146,12 @@ fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000
 
 # Benchmarks print ratios taken in one run; they are not tests.
-bench: build build/bench/ops_c build/bench/tinylm_c build/bench/native_c
+bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/examples/train_tinylm
 	build/bench/native_c
 	cargo bench --bench handles
 	cargo bench --bench ops_tch --no-run
 	python benches/ops_compare.py build/bench/ops_c "$$(ls -t target/release/deps/ops_tch-* | grep -v '\.d$$' | head -1)"
-	python benches/tinylm_compare.py build/bench/tinylm_c
+	python benches/tinylm_compare.py build/bench/tinylm_c build/examples/train_tinylm
 	python benches/checkpoint_compare.py
 	python benches/dist_compare.py
 	python benches/dist_checkpoint_compare.py

@@ -120,22 +120,26 @@ def test_config_picks_the_local_device_and_seeds(monkeypatch):
 
 # --- collectives over 2 and 4 ranks -----------------------------------------------------------
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_collectives_under_torchrun(world):
+# "cpu": every tensor the ranks create is native; c10d's Gloo group reduces
+# them in place through zero-copy libtorch views of their memory.
+@pytest.mark.parametrize("world,backend", [(2, "torch"), (4, "torch"), (2, "cpu")])
+def test_collectives_under_torchrun(world, backend):
     assert C_WORKER.exists(), "build it first: make build/capi/dist_worker"
     port = free_port()
     p = subprocess.run([str(TORCHRUN), "--no-python", "--nnodes", "1", "--nproc-per-node", str(world),
                         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", str(C_WORKER)],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, ENKAI_BACKEND=backend))
     lines = [line for line in p.stdout.splitlines() if line.startswith("dist rank")]
     assert p.returncode == 0 and len(lines) == world, p.stdout + p.stderr
     assert all(line.endswith(" 0 failed") for line in lines), p.stdout + p.stderr
 
 
-@pytest.mark.parametrize("world,init", [(2, "env://"), (2, "lo"), (4, "file")])
+@pytest.mark.parametrize("world,init", [(2, "env://"), (2, "lo"), (4, "file"), (2, "native")])
 def test_collectives_from_subprocesses(world, init, tmp_path):
-    # "lo": Gloo on the interfaces GLOO_SOCKET_IFNAME names, as PyTorch does
-    extra = {"file": {"INIT_METHOD": f"file://{tmp_path / 'store'}"}, "lo": {"GLOO_SOCKET_IFNAME": "lo"}}.get(init, {})
+    # "lo": Gloo on the interfaces GLOO_SOCKET_IFNAME names, as PyTorch does;
+    # "native": env:// with native tensors
+    extra = {"file": {"INIT_METHOD": f"file://{tmp_path / 'store'}"}, "lo": {"GLOO_SOCKET_IFNAME": "lo"},
+             "native": {"ENKAI_BACKEND": "cpu"}}.get(init, {})
     out = finish(spawn(world, [sys.executable, str(HERE / "dist_worker.py"), "collectives"], **extra))
     for rank, (rc, o, e) in enumerate(out):
         assert rc == 0, f"rank {rank}:\n{o}\n{e}"
@@ -204,13 +208,15 @@ def test_a_hung_rank_is_a_timeout_on_the_others():
     assert err["later"] == "E_DIST_TIMEOUT", err
 
 
-def test_the_demo_trains_data_parallel_under_torchrun():
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
+def test_the_demo_trains_data_parallel_under_torchrun(backend):
     demo = ROOT / "build" / "examples" / "train_tinylm"
     assert demo.exists(), "build it first: make build/examples/train_tinylm"
     port = free_port()
     p = subprocess.run([str(TORCHRUN), "--no-python", "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                         "--rdzv-endpoint", f"127.0.0.1:{port}", str(demo)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=dict(os.environ, TINYLM_STEPS="50"))
+                       capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env=dict(os.environ, TINYLM_STEPS="50", ENKAI_BACKEND=backend))
     assert p.returncode == 0, p.stdout + p.stderr
     sums = sorted(line for line in p.stdout.splitlines() if "parameter checksum" in line)
     assert [s.split(":")[0] for s in sums] == ["rank 0", "rank 1"], p.stdout

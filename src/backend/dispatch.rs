@@ -48,11 +48,6 @@ fn mismatch() -> Error {
     crate::err!(E_BACKEND_MISMATCH, "inputs come from the torch and cpu backends")
 }
 
-/// What the native backend does not have yet (training state lands with
-/// the native backend's second part).
-fn not_native(what: &str) -> Error {
-    crate::err!(E_BACKEND_UNAVAILABLE, "{what} is not available for tensors of the cpu (native) backend yet; use the torch backend")
-}
 
 /// `match` over one tensor's backend: `$t` is bound to its inner value.
 macro_rules! on {
@@ -561,11 +556,30 @@ pub fn dist_backend() -> BackendId {
     }
 }
 
+/// libtorch tensors over native tensors' memory (no copy), so that c10d's
+/// Gloo process group reduces and broadcasts them in place. The views
+/// release nothing: the native tensors stay alive (borrowed) for the whole
+/// collective, which completes before the shim returns.
+#[cfg(feature = "torch")]
+fn torch_views(ts: &[&native::Raw]) -> Result<Vec<torch::Raw>> {
+    unsafe extern "C" fn borrowed(_: *mut std::ffi::c_void) {}
+    ts.iter()
+        .map(|t| {
+            let v = native::memory_view(t);
+            // SAFETY: the memory spans the view and outlives the collective (see above).
+            unsafe { torch::wrap_foreign(v.data, &v.shape, &v.strides, native::dtype(t), Device::Cpu, borrowed, std::ptr::null_mut()) }
+        })
+        .collect()
+}
+
 pub fn dist_allreduce(g: &Group, ts: &[&Raw], op: i32, prescale: f64) -> Result<()> {
     match many(ts)? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::dist_allreduce(g, &v, op, prescale),
-        Many::Native(_) => Err(not_native("process-group collectives")),
+        #[cfg(feature = "torch")]
+        Many::Native(v) => torch::dist_allreduce(g, &torch_views(&v)?.iter().collect::<Vec<_>>(), op, prescale),
+        #[cfg(not(feature = "torch"))]
+        Many::Native(_) => match *g {},
     }
 }
 
@@ -573,15 +587,26 @@ pub fn dist_broadcast(g: &Group, ts: &[&Raw], root: i64) -> Result<()> {
     match many(ts)? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::dist_broadcast(g, &v, root),
-        Many::Native(_) => Err(not_native("process-group collectives")),
+        #[cfg(feature = "torch")]
+        Many::Native(v) => torch::dist_broadcast(g, &torch_views(&v)?.iter().collect::<Vec<_>>(), root),
+        #[cfg(not(feature = "torch"))]
+        Many::Native(_) => match *g {},
     }
 }
 
+/// `[world, *shape]`, made by the backend of `t`.
 pub fn dist_allgather(g: &Group, t: &Raw, world: i64) -> Result<Raw> {
     match t {
         #[cfg(feature = "torch")]
         Raw::Torch(t) => torch::dist_allgather(g, t, world).map(Raw::Torch),
-        Raw::Native(_) => Err(not_native("process-group collectives")),
+        #[cfg(feature = "torch")]
+        Raw::Native(n) => {
+            let all = Raw::Torch(torch::dist_allgather(g, &torch_views(&[n])?[0], world)?);
+            let (shape, dtype) = (self::shape(&all), self::dtype(&all)?);
+            with_bytes(&all, |b| from_bytes(BackendId::Cpu, b, &shape, dtype, Device::Cpu))
+        }
+        #[cfg(not(feature = "torch"))]
+        Raw::Native(_) => match *g {},
     }
 }
 

@@ -47,20 +47,33 @@ fn bmm(a: &Raw, b: &Raw) -> Result<Raw> {
     let (a_rs, a_cs, b_rs, b_cs) = (sa[sa.len() - 2], sa[sa.len() - 1], sb[sb.len() - 2], sb[sb.len() - 1]);
     let (m, k, n) = (m as usize, k as usize, n as usize);
     let work = nb * m * n * k.max(1);
+    // A batch of small products (attention's heads) runs one product per
+    // task, each single-threaded: splitting every small product across the
+    // pool would cost more in wake-ups than it saves.
+    let across = nb > 1 && par::parallel(work);
     with_elem!(dt, T => {
-        let (pa, pb, po) = (a.data_ptr() as *const T, b.data_ptr() as *const T, out.data_ptr() as *mut T);
-        for i in 0..nb {
+        let (pa, pb, po) = (Ptr(a.data_ptr() as *mut T), Ptr(b.data_ptr() as *mut T), Ptr(out.data_ptr() as *mut T));
+        let one = |i: usize, work: usize| {
+            // The whole `Ptr`s, not their fields (a closure would capture the bare pointers).
+            let (pa, pb, po) = (pa, pb, po);
             let (oa, ob) = (offsets(&sa, i), offsets(&sb, i));
-            // SAFETY: every offset and stride comes from the operands' own views; `out` is fresh.
+            // SAFETY: every offset and stride comes from the operands' own views;
+            // `out` is fresh and each product writes its own block of it.
             unsafe {
                 gemm_one::<T>(
                     m, n, k,
-                    po.add(i * m * n), n as isize,
-                    pa.offset(oa), a_rs as isize, a_cs as isize,
-                    pb.offset(ob), b_rs as isize, b_cs as isize,
+                    po.0.add(i * m * n), n as isize,
+                    pa.0.offset(oa), a_rs as isize, a_cs as isize,
+                    pb.0.offset(ob), b_rs as isize, b_cs as isize,
                     work,
                 )
             }
+        };
+        if across {
+            use rayon::prelude::*;
+            par::run(work, || (0..nb).into_par_iter().for_each(|i| one(i, 0)));
+        } else {
+            (0..nb).for_each(|i| one(i, work));
         }
     });
     Ok(out)

@@ -132,13 +132,19 @@ pub fn export_view(t: &Raw) -> Result<crate::backend::ExportView<Raw>> {
     if t.requires_grad() {
         crate::bail!(E_AUTOGRAD, "cannot export a tensor that requires grad; export its detach() (as torch.to_dlpack)");
     }
-    Ok(crate::backend::ExportView {
+    Ok(memory_view(t))
+}
+
+/// Where `t`'s elements are (for code that works on the memory in place,
+/// such as c10d's collectives), whether or not it requires grad.
+pub fn memory_view(t: &Raw) -> crate::backend::ExportView<Raw> {
+    crate::backend::ExportView {
         data: t.data_ptr().cast(),
         shape: t.shape().to_vec(),
         strides: t.strides().to_vec(),
         device: Device::Cpu,
         keep: t.clone(),
-    })
+    }
 }
 
 /// Elements spanned by a strided view (0 when empty).
