@@ -12,6 +12,7 @@
 //! the kernels work on the rows that every slice holds rather than panic.
 
 use super::par;
+use super::simd::multiversion;
 
 /// The computing types: f32 (also for bf16 and f16 storage) and f64.
 pub trait Real: num_traits::Float + num_traits::FromPrimitive + Copy + Send + Sync + Default + std::fmt::Debug + 'static {
@@ -631,26 +632,40 @@ pub fn cross_entropy_bwd<T: Real>(logits: &[T], targets: &[i64], n: usize, ignor
 pub fn gelu_fwd<T: Real>(x: &[T], y: &mut [T]) {
     let len = x.len().min(y.len());
     debug_assert_eq!(x.len(), y.len());
+    for_rows(len, 1, Per(&mut y[..len], 1), |i0, Per(y, _)| gelu_fwd_run(tail(x, i0), y));
+}
+
+multiversion!(fn gelu_fwd_run<T: Real>(x: &[T], y: &mut [T]) => gelu_fwd_loop);
+
+#[inline(always)]
+fn gelu_fwd_loop<T: Real>(x: &[T], y: &mut [T]) {
     let (h, r) = (cst::<T>(0.5), cst::<T>(std::f64::consts::FRAC_1_SQRT_2));
-    for_rows(len, 1, Per(&mut y[..len], 1), |i0, Per(y, _)| {
-        y.iter_mut().zip(tail(x, i0)).for_each(|(y, &x)| *y = x * h * (T::one() + (x * r).erf()));
-    });
+    // A `for` loop, not `for_each`: the iterator's `fold` would be a
+    // separate function, compiled without the caller's AVX2.
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = x * h * (T::one() + (x * r).erf());
+    }
 }
 
 /// `dx = g * (Φ(x) + x φ(x))`, the derivative of [`gelu_fwd`].
 pub fn gelu_bwd<T: Real>(g: &[T], x: &[T], dx: &mut [T]) {
     let len = g.len().min(x.len()).min(dx.len());
     debug_assert!(g.len() == len && x.len() == len && dx.len() == len);
+    for_rows(len, 1, Per(&mut dx[..len], 1), |i0, Per(dx, _)| gelu_bwd_run(tail(g, i0), tail(x, i0), dx));
+}
+
+multiversion!(fn gelu_bwd_run<T: Real>(g: &[T], x: &[T], dx: &mut [T]) => gelu_bwd_loop);
+
+#[inline(always)]
+fn gelu_bwd_loop<T: Real>(g: &[T], x: &[T], dx: &mut [T]) {
     let (h, r) = (cst::<T>(0.5), cst::<T>(std::f64::consts::FRAC_1_SQRT_2));
     // 1/√(2π), formed as PyTorch forms it.
     let k = cst::<T>(std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2 * 0.5);
-    for_rows(len, 1, Per(&mut dx[..len], 1), |i0, Per(dx, _)| {
-        for (d, (&g, &x)) in dx.iter_mut().zip(tail(g, i0).iter().zip(tail(x, i0))) {
-            let cdf = h * (T::one() + (x * r).erf());
-            let pdf = k * (x * x * -h).vexp();
-            *d = g * (cdf + x * pdf);
-        }
-    });
+    for (d, (&g, &x)) in dx.iter_mut().zip(g.iter().zip(x)) {
+        let cdf = h * (T::one() + (x * r).erf());
+        let pdf = k * (x * x * -h).vexp();
+        *d = g * (cdf + x * pdf);
+    }
 }
 
 #[cfg(test)]

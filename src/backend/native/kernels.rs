@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 
 use super::elem::{cast, Arith, Elem};
 use super::par;
+use super::simd::multiversion;
 use super::tensor::{Dims, Raw};
 use crate::error::Result;
 
@@ -212,7 +213,7 @@ pub fn copy_into<S: Elem, D: Elem>(dst: &Raw, src: &Raw) {
 /// Sums of `x` over the dims where `out_strides` is 0, accumulated in `A`
 /// (f64 for floats, i64 for integers), into the contiguous `acc` of
 /// `out`'s numel.
-pub fn sum_into<S: Elem, A: Arith>(acc: &mut [A], x: &Raw, acc_strides: &[i64], up: impl Fn(S) -> A + Sync) {
+pub fn sum_into<S: Elem, A: Arith>(acc: &mut [A], x: &Raw, acc_strides: &[i64], up: impl Fn(S) -> A + Sync + Copy) {
     let w = Walk::new(x.shape(), [acc_strides, x.strides()]);
     let (pa, px) = (Ptr(acc.as_mut_ptr()), Ptr::<S>::of(x));
     let (n, [sa, sx]) = (w.inner, w.inner_strides);
@@ -220,35 +221,57 @@ pub fn sum_into<S: Elem, A: Arith>(acc: &mut [A], x: &Raw, acc_strides: &[i64], 
     w.for_rows([0, 0], 0, w.rows(), |[a, i]| unsafe {
         // SAFETY: offsets come from the views' own shapes and strides.
         let (pa, px) = (pa.at(a), px.at(i));
-        if sa == 0 {
-            let mut lanes = [A::ZERO; 8];
-            let mut k = 0;
-            if sx == 1 {
-                let src = std::slice::from_raw_parts(px, n);
-                let mut chunks = src.chunks_exact(8);
-                for c in &mut chunks {
-                    for l in 0..8 {
-                        lanes[l] = lanes[l].add(up(c[l]));
-                    }
+        match (sa, sx) {
+            (0, 1) => *pa = (*pa).add(sum_row(std::slice::from_raw_parts(px, n), up)),
+            (0, _) => {
+                let mut s = A::ZERO;
+                for k in 0..n as isize {
+                    s = s.add(up(*px.offset(k * sx)));
                 }
-                for (l, v) in chunks.remainder().iter().enumerate() {
-                    lanes[l] = lanes[l].add(up(*v));
+                *pa = (*pa).add(s);
+            }
+            // A row added onto a row of accumulators (a bias gradient's shape).
+            (1, 1) => add_row(std::slice::from_raw_parts_mut(pa, n), std::slice::from_raw_parts(px, n), up),
+            _ => {
+                for k in 0..n as isize {
+                    let d = pa.offset(k * sa);
+                    *d = (*d).add(up(*px.offset(k * sx)));
                 }
-                k = n;
-            }
-            let mut s = lanes.iter().fold(A::ZERO, |s, v| s.add(*v));
-            while k < n {
-                s = s.add(up(*px.offset(k as isize * sx)));
-                k += 1;
-            }
-            *pa = (*pa).add(s);
-        } else {
-            for k in 0..n as isize {
-                let d = pa.offset(k * sa);
-                *d = (*d).add(up(*px.offset(k * sx)));
             }
         }
     });
+}
+
+multiversion!(fn sum_row<S: Elem, A: Arith, F: Fn(S) -> A>(src: &[S], up: F) -> A => sum_row_loop);
+
+/// The sum of a contiguous row in 8 interleaved lanes (fixed order, so
+/// results do not depend on which copy runs).
+#[inline(always)]
+fn sum_row_loop<S: Elem, A: Arith, F: Fn(S) -> A>(src: &[S], up: F) -> A {
+    let mut lanes = [A::ZERO; 8];
+    let mut chunks = src.chunks_exact(8);
+    for c in &mut chunks {
+        for l in 0..8 {
+            lanes[l] = lanes[l].add(up(c[l]));
+        }
+    }
+    for (l, v) in chunks.remainder().iter().enumerate() {
+        lanes[l] = lanes[l].add(up(*v));
+    }
+    let mut s = A::ZERO;
+    for v in lanes {
+        s = s.add(v);
+    }
+    s
+}
+
+multiversion!(fn add_row<S: Elem, A: Arith, F: Fn(S) -> A>(acc: &mut [A], src: &[S], up: F) => add_row_loop);
+
+#[inline(always)]
+fn add_row_loop<S: Elem, A: Arith, F: Fn(S) -> A>(acc: &mut [A], src: &[S], up: F) {
+    for (d, s) in acc.iter_mut().zip(src) {
+        *d = (*d).add(up(*s));
+    }
 }
 
 /// `x[i] = f(x[i])` in place over any view.

@@ -14,6 +14,7 @@ mod nn;
 mod ops;
 pub mod par;
 mod rng;
+mod simd;
 mod storage;
 mod tensor;
 mod train;

@@ -10,6 +10,7 @@ use num_traits::Float;
 use super::elem::{with_float, Arith, Elem, FloatElem};
 use super::kernels::{self, Ptr, Walk};
 use super::ops;
+use super::simd::multiversion;
 use super::tensor::Raw;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -42,31 +43,89 @@ pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &AdamwStep) -> Result<(
     Ok(())
 }
 
-fn adamw<T: FloatElem>(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &AdamwStep) {
-    let r = |x: f64| <T::Real as Arith>::from_f64(x);
-    let (decay, w1, b2, w2, bc2, eps, neg_step) = (r(c.decay), r(c.lerp), r(c.beta2), r(c.sq_weight), r(c.bc2_sqrt), r(c.eps), r(-c.step_size));
-    let decays = c.decay != 1.0;
-    // Each tensor op rounds to T: `rt` is that rounding seen in the computing type.
+/// `AdamwStep`'s scalars in the computing type `R`.
+#[derive(Clone, Copy)]
+struct Coeffs<R> {
+    decays: bool,
+    decay: R,
+    w1: R,
+    b2: R,
+    w2: R,
+    bc2: R,
+    eps: R,
+    neg_step: R,
+}
+
+/// One element's update. Each tensor op of `AdamwStep` rounds to `T`: `rt`
+/// is that rounding, seen in the computing type.
+#[inline(always)]
+fn adamw_one<T: FloatElem>(c: Coeffs<T::Real>, p: &mut T, g: T, m: &mut T, v: &mut T) {
     let rt = |x: T::Real| T::down(x).up();
-    let one = move |p: &mut T, g: T, m: &mut T, v: &mut T| {
-        let pv = if decays { rt(p.up() * decay) } else { p.up() };
-        let gv = g.up();
-        let mv = rt(lerp(m.up(), gv, w1));
-        let vv = rt(rt(v.up() * b2) + w2 * gv * gv);
-        let denom = rt(rt(rt(vv.sqrt()) / bc2) + eps);
-        *p = T::down(pv + neg_step * mv / denom);
-        *m = T::down(mv);
-        *v = T::down(vv);
+    let pv = if c.decays { rt(p.up() * c.decay) } else { p.up() };
+    let gv = g.up();
+    let mv = rt(lerp(m.up(), gv, c.w1));
+    let vv = rt(rt(v.up() * c.b2) + c.w2 * gv * gv);
+    let denom = rt(rt(rt(vv.sqrt()) / c.bc2) + c.eps);
+    *p = T::down(pv + c.neg_step * mv / denom);
+    *m = T::down(mv);
+    *v = T::down(vv);
+}
+
+multiversion!(fn adamw_run<T: FloatElem>(c: Coeffs<T::Real>, p: &mut [T], g: &[T], m: &mut [T], v: &mut [T]) => adamw_loop);
+
+#[inline(always)]
+fn adamw_loop<T: FloatElem>(c: Coeffs<T::Real>, p: &mut [T], g: &[T], m: &mut [T], v: &mut [T]) {
+    let n = p.len().min(g.len()).min(m.len()).min(v.len());
+    for i in 0..n {
+        adamw_one::<T>(c, &mut p[i], g[i], &mut m[i], &mut v[i]);
+    }
+}
+
+fn adamw<T: FloatElem>(p: &Raw, g: &Raw, m: &Raw, v: &Raw, s: &AdamwStep) {
+    let r = |x: f64| <T::Real as Arith>::from_f64(x);
+    let c = Coeffs {
+        decays: s.decay != 1.0,
+        decay: r(s.decay),
+        w1: r(s.lerp),
+        b2: r(s.beta2),
+        w2: r(s.sq_weight),
+        bc2: r(s.bc2_sqrt),
+        eps: r(s.eps),
+        neg_step: r(-s.step_size),
     };
+    // A grad that is the param itself (a caller may pass that) takes the
+    // strided path, which reads through pointers instead of slices that would alias.
+    let distinct = !std::sync::Arc::ptr_eq(&p.0.storage, &g.0.storage);
+    if distinct && [p, g, m, v].iter().all(|t| t.is_contiguous()) {
+        // The usual case: flat slices, in chunks across the pool when large.
+        let n = p.numel();
+        let (pp, pg, pm, pv) = (Ptr::<T>::of(p), Ptr::<T>::of(g), Ptr::<T>::of(m), Ptr::<T>::of(v));
+        let chunk = |lo: usize, hi: usize| {
+            let (pp, pg, pm, pv) = (pp, pg, pm, pv);
+            // SAFETY: four distinct contiguous buffers of `n` elements (a param,
+            // its grad and the optimizer's own moments); chunks are disjoint.
+            unsafe {
+                let s = |q: Ptr<T>| std::slice::from_raw_parts_mut(q.0.add(lo), hi - lo);
+                adamw_run::<T>(c, s(pp), s(pg), s(pm), s(pv));
+            }
+        };
+        if super::par::parallel(n) {
+            use rayon::prelude::*;
+            let parts = super::par::threads() * 4;
+            super::par::run(n, || (0..parts).into_par_iter().for_each(|k| chunk(n * k / parts, n * (k + 1) / parts)));
+        } else {
+            chunk(0, n);
+        }
+        return;
+    }
     let w = Walk::new(p.shape(), [p.strides(), g.strides(), m.strides(), v.strides()]);
     let (pp, pg, pm, pv) = (Ptr::<T>::of(p), Ptr::<T>::of(g), Ptr::<T>::of(m), Ptr::<T>::of(v));
     let (n, [sp, sg, sm, sv]) = (w.inner, w.inner_strides);
     w.par_rows([0; 4], |[op, og, om, ov]| {
         for k in 0..n as isize {
             // SAFETY: offsets come from the views' own shapes and strides; rows
-            // are disjoint and the four tensors are distinct buffers (a param,
-            // its grad and the optimizer's own moments).
-            unsafe { one(&mut *pp.at(op + k * sp), *pg.at(og + k * sg), &mut *pm.at(om + k * sm), &mut *pv.at(ov + k * sv)) }
+            // are disjoint and the four tensors are distinct buffers.
+            unsafe { adamw_one::<T>(c, &mut *pp.at(op + k * sp), *pg.at(og + k * sg), &mut *pm.at(om + k * sm), &mut *pv.at(ov + k * sv)) }
         }
     });
 }
