@@ -129,8 +129,11 @@ fn accumulate(leaf: &Inner, g: Raw) -> Result<()> {
         // In place, so a handle on the grad sees the sum (as AccumulateGrad does).
         Some(old) => ops::add_in_place(old, &g),
         None => {
-            // Keep a private copy: `g` may be shared with another edge.
-            *slot = Some(ops::clone_contiguous(&g)?);
+            // Keep a private copy when `g` may be shared (with another edge, or
+            // as a view); a contiguous gradient nothing else holds is taken as
+            // it is, as AccumulateGrad steals an unshared gradient.
+            let unshared = Arc::strong_count(&g.0) == 1 && Arc::strong_count(&g.0.storage) == 1 && g.is_contiguous();
+            *slot = Some(if unshared { g } else { ops::clone_contiguous(&g)? });
             Ok(())
         }
     }

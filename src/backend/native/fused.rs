@@ -215,8 +215,9 @@ pub fn erf_f64(x: f64) -> f64 {
 }
 
 /// Accumulators per reduction: one running value would make every step wait
-/// on the one before; eight independent ones fill vector registers.
-const LANES: usize = 8;
+/// on the one before; sixteen independent ones fill an AVX-512 register (or
+/// two AVX2, four SSE ones), in one fixed order whichever copy runs.
+const LANES: usize = 16;
 
 /// Rows longer than this are summed as a pairwise tree of blocks, so that
 /// rounding grows with log(n) rather than with n.
@@ -244,7 +245,8 @@ fn fold_lanes<A: Copy, B: Copy, T: Copy>(a: &[A], b: &[B], init: T, f: impl Fn(T
 
 #[inline(always)]
 fn combine<T: Copy>(v: [T; LANES], f: impl Fn(T, T) -> T) -> T {
-    f(f(f(v[0], v[4]), f(v[1], v[5])), f(f(v[2], v[6]), f(v[3], v[7])))
+    let h: [T; 8] = std::array::from_fn(|i| f(v[i], v[i + 8]));
+    f(f(f(h[0], h[4]), f(h[1], h[5])), f(f(h[2], h[6]), f(h[3], h[7])))
 }
 
 #[inline(always)]
@@ -294,7 +296,9 @@ fn max<T: Real>(x: &[T]) -> T {
 
 #[inline(always)]
 fn scale<T: Real>(y: &mut [T], s: T) {
-    y.iter_mut().for_each(|v| *v = *v * s);
+    for v in y.iter_mut() {
+        *v = *v * s;
+    }
 }
 
 /// `s[i..]`, empty past the end.
@@ -377,15 +381,22 @@ fn split<O: Rows, F: Fn(usize, O) + Sync>(first: usize, rows: usize, cost: usize
 /// Rows of `x` of `n`: `y = softmax(x)`.
 pub fn softmax_fwd<T: Real>(x: &[T], n: usize, y: &mut [T]) {
     let Some(rows) = row_count(n, &[x.len(), y.len()], &[]) else { return };
-    for_rows(rows, n, Per(&mut y[..rows * n], n), |r0, Per(y, _)| {
-        for (x, y) in rows_from(x, r0, n).zip(y.chunks_exact_mut(n)) {
-            // Shifted by the max so that no term overflows; a row of -inf
-            // (or with +inf, or NaN) gives NaN everywhere, as PyTorch.
-            let m = max(x);
-            y.iter_mut().zip(x).for_each(|(y, &x)| *y = (x - m).vexp());
-            scale(y, T::one() / sum(y));
+    for_rows(rows, n, Per(&mut y[..rows * n], n), |r0, Per(y, _)| softmax_fwd_block(tail(x, r0 * n), n, y));
+}
+
+multiversion!(fn softmax_fwd_block<T: Real>(x: &[T], n: usize, y: &mut [T]) => softmax_fwd_rows);
+
+#[inline(always)]
+fn softmax_fwd_rows<T: Real>(x: &[T], n: usize, y: &mut [T]) {
+    for (x, y) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+        // Shifted by the max so that no term overflows; a row of -inf
+        // (or with +inf, or NaN) gives NaN everywhere, as PyTorch.
+        let m = max(x);
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = (x - m).vexp();
         }
-    });
+        scale(y, T::one() / sum(y));
+    }
 }
 
 /// `y = log_softmax(x)` per row, as `(x - max) - ln(sum(exp(x - max)))`,
@@ -396,7 +407,9 @@ pub fn log_softmax_fwd<T: Real>(x: &[T], n: usize, y: &mut [T]) {
         for (x, y) in rows_from(x, r0, n).zip(y.chunks_exact_mut(n)) {
             let m = max(x);
             let ls = sum_map(x, |v| (v - m).vexp()).ln();
-            y.iter_mut().zip(x).for_each(|(y, &x)| *y = (x - m) - ls);
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y = (x - m) - ls;
+            }
         }
     });
 }
@@ -404,14 +417,23 @@ pub fn log_softmax_fwd<T: Real>(x: &[T], n: usize, y: &mut [T]) {
 /// `dx = y * (g - sum(g * y))` per row.
 pub fn softmax_bwd<T: Real>(g: &[T], y: &[T], n: usize, dx: &mut [T]) {
     let Some(rows) = row_count(n, &[g.len(), y.len(), dx.len()], &[]) else { return };
-    for_rows(rows, n, Per(&mut dx[..rows * n], n), |r0, Per(dx, _)| {
-        for ((g, y), d) in rows_from(g, r0, n).zip(rows_from(y, r0, n)).zip(dx.chunks_exact_mut(n)) {
-            // The products go through `d` so that the sum reads one slice.
-            d.iter_mut().zip(g.iter().zip(y)).for_each(|(d, (&g, &y))| *d = g * y);
-            let s = sum(d);
-            d.iter_mut().zip(g.iter().zip(y)).for_each(|(d, (&g, &y))| *d = y * (g - s));
+    for_rows(rows, n, Per(&mut dx[..rows * n], n), |r0, Per(dx, _)| softmax_bwd_block(tail(g, r0 * n), tail(y, r0 * n), n, dx));
+}
+
+multiversion!(fn softmax_bwd_block<T: Real>(g: &[T], y: &[T], n: usize, dx: &mut [T]) => softmax_bwd_rows);
+
+#[inline(always)]
+fn softmax_bwd_rows<T: Real>(g: &[T], y: &[T], n: usize, dx: &mut [T]) {
+    for ((g, y), d) in g.chunks_exact(n).zip(y.chunks_exact(n)).zip(dx.chunks_exact_mut(n)) {
+        // The products go through `d` so that the sum reads one slice.
+        for (d, (&g, &y)) in d.iter_mut().zip(g.iter().zip(y)) {
+            *d = g * y;
         }
-    });
+        let s = sum(d);
+        for (d, (&g, &y)) in d.iter_mut().zip(g.iter().zip(y)) {
+            *d = y * (g - s);
+        }
+    }
 }
 
 /// Softmax over the entries whose `mask` is false, as `torch._masked_softmax`
@@ -419,14 +441,21 @@ pub fn softmax_bwd<T: Real>(g: &[T], y: &[T], n: usize, dx: &mut [T]) {
 /// every entry masked is NaN throughout (0/0).
 pub fn masked_softmax_fwd<T: Real>(x: &[T], mask: &[bool], n: usize, y: &mut [T]) {
     let Some(rows) = row_count(n, &[x.len(), mask.len(), y.len()], &[]) else { return };
-    for_rows(rows, n, Per(&mut y[..rows * n], n), |r0, Per(y, _)| {
-        for ((x, k), y) in rows_from(x, r0, n).zip(rows_from(mask, r0, n)).zip(y.chunks_exact_mut(n)) {
-            let m = combine(fold_lanes(x, k, T::neg_infinity(), |m, v, k| if k { m } else { bigger(m, v) }), bigger);
-            // Masked out by bits, not by a product, so that inf/NaN there stay out.
-            y.iter_mut().zip(x.iter().zip(k)).for_each(|(y, (&x, &k))| *y = (x - m).vexp().unless(k));
-            scale(y, T::one() / sum(y));
+    for_rows(rows, n, Per(&mut y[..rows * n], n), |r0, Per(y, _)| masked_fwd_block(tail(x, r0 * n), tail(mask, r0 * n), n, y));
+}
+
+multiversion!(fn masked_fwd_block<T: Real>(x: &[T], mask: &[bool], n: usize, y: &mut [T]) => masked_fwd_rows);
+
+#[inline(always)]
+fn masked_fwd_rows<T: Real>(x: &[T], mask: &[bool], n: usize, y: &mut [T]) {
+    for ((x, k), y) in x.chunks_exact(n).zip(mask.chunks_exact(n)).zip(y.chunks_exact_mut(n)) {
+        let m = combine(fold_lanes(x, k, T::neg_infinity(), |m, v, k| if k { m } else { bigger(m, v) }), bigger);
+        // Masked out by bits, not by a product, so that inf/NaN there stay out.
+        for (y, (&x, &k)) in y.iter_mut().zip(x.iter().zip(k)) {
+            *y = (x - m).vexp().unless(k);
         }
-    });
+        scale(y, T::one() / sum(y));
+    }
 }
 
 /// `torch._masked_softmax_backward` on CPU: `dx = y * (g - s)` with `s` the
@@ -435,13 +464,20 @@ pub fn masked_softmax_fwd<T: Real>(x: &[T], mask: &[bool], n: usize, y: &mut [T]
 pub fn masked_softmax_bwd<T: Real>(g: &[T], y: &[T], mask: &[bool], n: usize, dx: &mut [T]) {
     let Some(rows) = row_count(n, &[g.len(), y.len(), mask.len(), dx.len()], &[]) else { return };
     for_rows(rows, n, Per(&mut dx[..rows * n], n), |r0, Per(dx, _)| {
-        let ins = rows_from(g, r0, n).zip(rows_from(y, r0, n)).zip(rows_from(mask, r0, n));
-        for (((g, y), k), d) in ins.zip(dx.chunks_exact_mut(n)) {
-            unmasked(d, g, y, k, |g, y| g * y);
-            let s = sum(d);
-            unmasked(d, g, y, k, |g, y| y * (g - s));
-        }
+        masked_bwd_block(tail(g, r0 * n), tail(y, r0 * n), tail(mask, r0 * n), n, dx)
     });
+}
+
+multiversion!(fn masked_bwd_block<T: Real>(g: &[T], y: &[T], mask: &[bool], n: usize, dx: &mut [T]) => masked_bwd_rows);
+
+#[inline(always)]
+fn masked_bwd_rows<T: Real>(g: &[T], y: &[T], mask: &[bool], n: usize, dx: &mut [T]) {
+    let ins = g.chunks_exact(n).zip(y.chunks_exact(n)).zip(mask.chunks_exact(n));
+    for (((g, y), k), d) in ins.zip(dx.chunks_exact_mut(n)) {
+        unmasked(d, g, y, k, |g, y| g * y);
+        let s = sum(d);
+        unmasked(d, g, y, k, |g, y| y * (g - s));
+    }
 }
 
 /// `d = f(g, y)` where `k` is false, 0 where it is true (by bits, not a
@@ -471,22 +507,39 @@ pub fn layernorm_fwd<T: Real>(x: &[T], w: &[T], b: Option<&[T]>, n: usize, eps: 
         Some(None) => return,
         b => b.flatten(),
     };
-    let (nn, eps) = (cst::<T>(n as f64), cst::<T>(eps));
+    let eps = cst::<T>(eps);
     let outs = (Per(&mut y[..rows * n], n), Per(&mut mean[..rows], 1), Per(&mut rstd[..rows], 1));
-    for_rows(rows, n, outs, |r0, (Per(y, _), Per(mean, _), Per(rstd, _))| {
-        for (((x, y), mean), rstd) in rows_from(x, r0, n).zip(y.chunks_exact_mut(n)).zip(mean).zip(rstd) {
-            let m = sum(x) / nn;
-            // The squares go through `y` so that the sum reads one slice.
-            y.iter_mut().zip(x).for_each(|(y, &x)| *y = (x - m) * (x - m));
-            let r = T::one() / (sum(y) / nn + eps).sqrt();
-            (*mean, *rstd) = (m, r);
-            let xw = |x: T, w: T| (x - m) * r * w;
-            match b {
-                Some(b) => y.iter_mut().zip(x.iter().zip(w).zip(b)).for_each(|(y, ((&x, &w), &b))| *y = xw(x, w) + b),
-                None => y.iter_mut().zip(x.iter().zip(w)).for_each(|(y, (&x, &w))| *y = xw(x, w)),
+    for_rows(rows, n, outs, |r0, (Per(y, _), Per(mean, _), Per(rstd, _))| ln_fwd_block(tail(x, r0 * n), w, b, n, eps, y, mean, rstd));
+}
+
+multiversion!(fn ln_fwd_block<T: Real>(x: &[T], w: &[T], b: Option<&[T]>, n: usize, eps: T, y: &mut [T], mean: &mut [T], rstd: &mut [T]) => ln_fwd_rows);
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn ln_fwd_rows<T: Real>(x: &[T], w: &[T], b: Option<&[T]>, n: usize, eps: T, y: &mut [T], mean: &mut [T], rstd: &mut [T]) {
+    let nn = cst::<T>(n as f64);
+    for (((x, y), mean), rstd) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)).zip(mean).zip(rstd) {
+        let m = sum(x) / nn;
+        // The squares go through `y` so that the sum reads one slice.
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = (x - m) * (x - m);
+        }
+        let r = T::one() / (sum(y) / nn + eps).sqrt();
+        (*mean, *rstd) = (m, r);
+        let xw = |x: T, w: T| (x - m) * r * w;
+        match b {
+            Some(b) => {
+                for (y, ((&x, &w), &b)) in y.iter_mut().zip(x.iter().zip(w).zip(b)) {
+                    *y = xw(x, w) + b;
+                }
+            }
+            None => {
+                for (y, (&x, &w)) in y.iter_mut().zip(x.iter().zip(w)) {
+                    *y = xw(x, w);
+                }
             }
         }
-    });
+    }
 }
 
 /// Adds `parts` (rows of `n`) in a fixed pairwise tree and writes the total
@@ -497,11 +550,15 @@ fn tree_sum<T: Real>(parts: &mut [T], n: usize, out: &mut [T]) {
     while step < k {
         for i in (0..k - step).step_by(2 * step) {
             let (lo, hi) = parts.split_at_mut((i + step) * n);
-            lo[i * n..].iter_mut().zip(&hi[..n]).for_each(|(a, &b)| *a = *a + b);
+            for (a, &b) in lo[i * n..].iter_mut().zip(&hi[..n]) {
+                *a = *a + b;
+            }
         }
         step *= 2;
     }
-    out.iter_mut().zip(&*parts).for_each(|(o, &p)| *o = p);
+    for (o, &p) in out.iter_mut().zip(&*parts) {
+        *o = p;
+    }
 }
 
 /// Gradients of [`layernorm_fwd`] from its saved `mean` and `rstd`:
@@ -540,14 +597,24 @@ pub fn layernorm_bwd<T: Real>(g: &[T], x: &[T], w: &[T], mean: &[T], rstd: &[T],
             for (((g, x), (&m, &rs)), d) in ins.zip(dx.chunks_exact_mut(n)) {
                 let xh = |x: T| (x - m) * rs;
                 // The products go through `d` so that the sums read one slice.
-                d.iter_mut().zip(g.iter().zip(w)).for_each(|(d, (&g, &w))| *d = g * w);
+                for (d, (&g, &w)) in d.iter_mut().zip(g.iter().zip(w)) {
+                    *d = g * w;
+                }
                 let s1 = sum(d);
-                d.iter_mut().zip(x).for_each(|(d, &x)| *d = *d * xh(x));
+                for (d, &x) in d.iter_mut().zip(x) {
+                    *d = *d * xh(x);
+                }
                 let (a, c) = (s1 / nn, sum(d) / nn);
-                d.iter_mut().zip(g.iter().zip(w).zip(x)).for_each(|(d, ((&g, &w), &x))| *d = rs * (g * w - a - xh(x) * c));
-                pw.iter_mut().zip(g.iter().zip(x)).for_each(|(p, (&g, &x))| *p = *p + g * xh(x));
+                for (d, ((&g, &w), &x)) in d.iter_mut().zip(g.iter().zip(w).zip(x)) {
+                    *d = rs * (g * w - a - xh(x) * c);
+                }
+                for (p, (&g, &x)) in pw.iter_mut().zip(g.iter().zip(x)) {
+                    *p = *p + g * xh(x);
+                }
                 if let Some(pb) = pb.as_deref_mut() {
-                    pb.iter_mut().zip(g).for_each(|(p, &g)| *p = *p + g);
+                    for (p, &g) in pb.iter_mut().zip(g) {
+                        *p = *p + g;
+                    }
                 }
             }
         }
@@ -585,20 +652,30 @@ pub fn cross_entropy_fwd<T: Real>(logits: &[T], targets: &[i64], n: usize, ignor
     for_rows(blocks, rows * n / blocks.max(1), (Per(&mut lse[..rows], block), Per(&mut *parts, 1)), |b0, (Per(lse, _), Per(parts, _))| {
         for (j, (lse, part)) in lse.chunks_mut(block).zip(parts).enumerate() {
             let r0 = (b0 + j) * block;
-            for ((x, &t), lse) in rows_from(logits, r0, n).zip(tail(targets, r0)).zip(lse) {
-                let m = max(x);
-                let ls = sum_map(x, |v| (v - m).vexp()).ln();
-                *lse = m + ls;
-                if t != ignore_index {
-                    let xt = usize::try_from(t).ok().and_then(|t| x.get(t)).map_or(T::nan(), |&v| v);
-                    part.0 += (ls - (xt - m)).to_f64().unwrap_or(f64::NAN);
-                    part.1 += 1;
-                }
-            }
+            *part = ce_fwd_block(tail(logits, r0 * n), tail(targets, r0), n, ignore_index, lse);
         }
     });
     let (total, count) = parts.iter().fold((0.0, 0), |(s, c), &(ps, pc)| (s + ps, c + pc));
     cst(total / count as f64)
+}
+
+multiversion!(fn ce_fwd_block<T: Real>(logits: &[T], targets: &[i64], n: usize, ignore_index: i64, lse: &mut [T]) -> (f64, usize) => ce_fwd_rows);
+
+/// The summed loss and the count of the rows not ignored, of the rows `lse` has room for.
+#[inline(always)]
+fn ce_fwd_rows<T: Real>(logits: &[T], targets: &[i64], n: usize, ignore_index: i64, lse: &mut [T]) -> (f64, usize) {
+    let mut part = (0.0f64, 0usize);
+    for ((x, &t), lse) in logits.chunks_exact(n).zip(targets).zip(lse) {
+        let m = max(x);
+        let ls = sum_map(x, |v| (v - m).vexp()).ln();
+        *lse = m + ls;
+        if t != ignore_index {
+            let xt = usize::try_from(t).ok().and_then(|t| x.get(t)).map_or(T::nan(), |&v| v);
+            part.0 += (ls - (xt - m)).to_f64().unwrap_or(f64::NAN);
+            part.1 += 1;
+        }
+    }
+    part
 }
 
 /// `dx = grad / count * (softmax(row) - onehot(target))` with `count` the
@@ -613,19 +690,27 @@ pub fn cross_entropy_bwd<T: Real>(logits: &[T], targets: &[i64], n: usize, ignor
     let count = targets[..rows].iter().filter(|&&t| t != ignore_index).count();
     let k = grad / cst(count as f64);
     for_rows(rows, n, Per(&mut dx[..rows * n], n), |r0, Per(dx, _)| {
-        let ins = rows_from(logits, r0, n).zip(tail(targets, r0)).zip(tail(lse, r0));
-        for (((x, &t), &l), d) in ins.zip(dx.chunks_exact_mut(n)) {
-            if t == ignore_index {
-                d.fill(T::zero());
-                continue;
-            }
-            d.iter_mut().zip(x).for_each(|(d, &x)| *d = (x - l).vexp());
-            scale(d, k / sum(d));
-            if let Some(d) = usize::try_from(t).ok().and_then(|t| d.get_mut(t)) {
-                *d = *d - k;
-            }
-        }
+        ce_bwd_block(tail(logits, r0 * n), tail(targets, r0), tail(lse, r0), n, ignore_index, k, dx)
     });
+}
+
+multiversion!(fn ce_bwd_block<T: Real>(logits: &[T], targets: &[i64], lse: &[T], n: usize, ignore_index: i64, k: T, dx: &mut [T]) => ce_bwd_rows);
+
+#[inline(always)]
+fn ce_bwd_rows<T: Real>(logits: &[T], targets: &[i64], lse: &[T], n: usize, ignore_index: i64, k: T, dx: &mut [T]) {
+    for (((x, &t), &l), d) in logits.chunks_exact(n).zip(targets).zip(lse).zip(dx.chunks_exact_mut(n)) {
+        if t == ignore_index {
+            d.fill(T::zero());
+            continue;
+        }
+        for (d, &x) in d.iter_mut().zip(x) {
+            *d = (x - l).vexp();
+        }
+        scale(d, k / sum(d));
+        if let Some(d) = usize::try_from(t).ok().and_then(|t| d.get_mut(t)) {
+            *d = *d - k;
+        }
+    }
 }
 
 /// Exact GELU, `x/2 * (1 + erf(x/√2))`, elementwise.
