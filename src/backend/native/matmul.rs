@@ -178,7 +178,7 @@ pub fn matmul_plain(a: &Raw, b: &Raw) -> Result<Raw> {
     }
     let a2 = if a.dim() == 1 { unsqueeze(a, 0) } else { a.detached() };
     let b2 = if b.dim() == 1 { unsqueeze(b, 1) } else { b.detached() };
-    let out = bmm(&a2, &b2)?;
+    let out = bmm_folded(&a2, &b2)?;
     let mut shape = out.shape().to_vec();
     if b.dim() == 1 {
         shape.pop();
@@ -186,6 +186,20 @@ pub fn matmul_plain(a: &Raw, b: &Raw) -> Result<Raw> {
     if a.dim() == 1 {
         shape.remove(shape.len() - if b.dim() == 1 { 1 } else { 2 });
     }
+    Ok(out.view_as(shape.clone(), super::tensor::contiguous_strides(&shape), 0))
+}
+
+/// `bmm`, with the batch dims of `a` folded into its rows when `b` is a
+/// matrix: one `[batch·m, k] x [k, n]` product instead of one per batch
+/// entry (`torch.matmul` folds the same way), so `b` is packed once.
+fn bmm_folded(a: &Raw, b: &Raw) -> Result<Raw> {
+    let r = a.dim();
+    if r <= 2 || b.dim() != 2 || a.numel() == 0 || b.shape()[0] != a.shape()[r - 1] {
+        return bmm(a, b);
+    }
+    let out = bmm(&super::ops::reshape(a, &[-1, a.shape()[r - 1]])?, b)?;
+    let mut shape = a.shape()[..r - 1].to_vec();
+    shape.push(b.shape()[1]);
     Ok(out.view_as(shape.clone(), super::tensor::contiguous_strides(&shape), 0))
 }
 
@@ -225,15 +239,21 @@ pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
             g2 = unsqueeze(&g2, g2.dim() - 1);
         }
         let da = if ga {
-            let d = bmm(&g2, &mt(&b2))?;
+            let d = bmm_folded(&g2, &mt(&b2))?;
             let d = sum_to(&d, a2.shape())?;
             Some(super::ops::reshape(&d, sa.shape())?)
         } else {
             None
         };
         let db = if gb {
-            let d = bmm(&mt(&a2), &g2)?;
-            let d = sum_to(&d, b2.shape())?;
+            let (r, k, n) = (a2.dim(), a2.shape()[a2.dim() - 1], g2.shape()[g2.dim() - 1]);
+            let d = if b2.dim() == 2 && r > 2 && a2.numel() > 0 {
+                // A matrix used by every batch entry: its gradient is one
+                // product over all of their rows, `a2ᵀ g2` with the batch folded in.
+                bmm(&mt(&super::ops::reshape(&a2, &[-1, k])?), &super::ops::reshape(&g2, &[-1, n])?)?
+            } else {
+                sum_to(&bmm(&mt(&a2), &g2)?, b2.shape())?
+            };
             Some(super::ops::reshape(&d, sb.shape())?)
         } else {
             None

@@ -496,6 +496,9 @@ pub fn sum_mask(x: &Raw, mask: &[bool], keep: bool, mean: bool) -> Result<Raw> {
 
 /// Sums `g` down to `shape` (the reverse of broadcasting).
 pub fn sum_to(g: &Raw, shape: &[i64]) -> Result<Raw> {
+    if g.shape() == shape {
+        return Ok(g.clone());
+    }
     let lead = g.dim() - shape.len();
     let mask: Vec<bool> = (0..g.dim()).map(|i| i < lead || (shape[i - lead] == 1 && g.shape()[i] != 1)).collect();
     let s = sum_mask(g, &mask, true, false)?;
