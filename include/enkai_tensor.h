@@ -224,8 +224,10 @@ double enkai_amp_scaler_get_scale(int64_t scaler);
 
 /**
  * Opens an autocast region on this thread: matmul/linear and the other ops
- * PyTorch's autocast lists run in bf16 on the CPU and fp16 on CUDA. Nestable;
- * close with `enkai_autocast_exit`. Returns 0, or 1 with `E_BACKEND_UNAVAILABLE`.
+ * PyTorch's autocast lists run in bf16 on the CPU and fp16 on CUDA, for
+ * tensors of either backend (the native one applies PyTorch's CPU rules:
+ * matmul/linear in bf16, cross_entropy in fp32). Nestable; close with
+ * `enkai_autocast_exit`. Returns 0, or 1 with `E_BACKEND_UNAVAILABLE`.
  */
 int enkai_autocast_enter(void);
 
@@ -607,7 +609,8 @@ int enkai_dist_barrier(void);
 
 /**
  * Sums the listed tensors (JSON handle list, 0 entries skipped) over all
- * ranks, in place. Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`,
+ * ranks, in place. Tensors of either backend: native (CPU) ones are reduced
+ * by the Gloo group in their own memory. Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`,
  * `E_HANDLE_*`, `E_DTYPE` (bool), `E_DIST`, `E_DIST_MISMATCH`,
  * `E_DIST_PEER_LOST`, `E_DIST_TIMEOUT`.
  *

@@ -65,8 +65,10 @@ pub extern "C" fn enkai_amp_scaler_get_scale(scaler: i64) -> f64 {
 }
 
 /// Opens an autocast region on this thread: matmul/linear and the other ops
-/// PyTorch's autocast lists run in bf16 on the CPU and fp16 on CUDA. Nestable;
-/// close with `enkai_autocast_exit`. Returns 0, or 1 with `E_BACKEND_UNAVAILABLE`.
+/// PyTorch's autocast lists run in bf16 on the CPU and fp16 on CUDA, for
+/// tensors of either backend (the native one applies PyTorch's CPU rules:
+/// matmul/linear in bf16, cross_entropy in fp32). Nestable; close with
+/// `enkai_autocast_exit`. Returns 0, or 1 with `E_BACKEND_UNAVAILABLE`.
 #[no_mangle]
 pub extern "C" fn enkai_autocast_enter() -> c_int {
     status(amp::enter)

@@ -83,7 +83,8 @@ pub extern "C" fn enkai_dist_barrier() -> c_int {
 }
 
 /// Sums the listed tensors (JSON handle list, 0 entries skipped) over all
-/// ranks, in place. Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`,
+/// ranks, in place. Tensors of either backend: native (CPU) ones are reduced
+/// by the Gloo group in their own memory. Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`,
 /// `E_HANDLE_*`, `E_DTYPE` (bool), `E_DIST`, `E_DIST_MISMATCH`,
 /// `E_DIST_PEER_LOST`, `E_DIST_TIMEOUT`.
 ///
