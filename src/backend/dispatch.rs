@@ -48,7 +48,6 @@ fn mismatch() -> Error {
     crate::err!(E_BACKEND_MISMATCH, "inputs come from the torch and cpu backends")
 }
 
-
 /// `match` over one tensor's backend: `$t` is bound to its inner value.
 macro_rules! on {
     ($x:expr, $t:ident => torch: $tb:expr, native: $nb:expr) => {
@@ -440,7 +439,7 @@ pub fn clip_grad_norm(gs: &[&Raw], m: f64, n: f64) -> Result<f64> {
     }
 }
 
-// ------------------------------------------- training state (torch for now)
+// ----------------------------------------------------------- training state
 
 /// The native backend's CPU autocast dtype on this thread (`None`: off).
 pub fn native_autocast() -> Option<DType> {
