@@ -62,9 +62,7 @@ pub fn to_backend(h: i64, to: backend::BackendId) -> Result<i64> {
     if t.backend == to {
         return register(to, imp::shallow(&t.raw));
     }
-    let (shape, dtype) = (imp::shape(&t.raw), imp::dtype(&t.raw)?);
-    let raw = imp::with_bytes(&t.raw, |b| imp::from_bytes(to, b, &shape, dtype, Device::Cpu))?;
-    register(to, raw)
+    register(to, imp::copy_to_backend(&t.raw, to)?)
 }
 
 pub fn create(shape: &[i64], dtype: DType, dev: i64, init: Init) -> Result<i64> {

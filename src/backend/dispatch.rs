@@ -245,6 +245,12 @@ pub fn with_bytes<R>(t: &Raw, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
     on!(t, t => torch: torch::with_bytes(t, f), native: native::with_bytes(t, f))
 }
 
+/// A contiguous CPU copy of `t` made by backend `b` (no autograd history).
+pub fn copy_to_backend(t: &Raw, b: BackendId) -> Result<Raw> {
+    let (shape, dtype) = (self::shape(t), self::dtype(t)?);
+    with_bytes(t, |bytes| from_bytes(b, bytes, &shape, dtype, Device::Cpu))
+}
+
 pub fn export_view(t: &Raw) -> Result<super::ExportView<Raw>> {
     fn wrap<R>(v: super::ExportView<R>, keep: Raw) -> super::ExportView<Raw> {
         super::ExportView { data: v.data, shape: v.shape, strides: v.strides, device: v.device, keep }
@@ -601,8 +607,7 @@ pub fn dist_allgather(g: &Group, t: &Raw, world: i64) -> Result<Raw> {
         #[cfg(feature = "torch")]
         Raw::Native(n) => {
             let all = Raw::Torch(torch::dist_allgather(g, &torch_views(&[n])?[0], world)?);
-            let (shape, dtype) = (self::shape(&all), self::dtype(&all)?);
-            with_bytes(&all, |b| from_bytes(BackendId::Cpu, b, &shape, dtype, Device::Cpu))
+            copy_to_backend(&all, BackendId::Cpu)
         }
         #[cfg(not(feature = "torch"))]
         Raw::Native(_) => match *g {},

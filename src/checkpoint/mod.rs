@@ -330,10 +330,7 @@ fn restore_generators(mut rng: Tensors) -> Result<()> {
     for (b, state) in known.into_iter().filter(|(b, _)| b.is_built()) {
         let done = match state.backend() {
             s if s == b => imp::set_rng_state(&state),
-            _ => {
-                let (shape, dtype) = (imp::shape(&state), imp::dtype(&state)?);
-                imp::with_bytes(&state, |bytes| imp::from_bytes(b, bytes, &shape, dtype, Device::Cpu)).and_then(|s| imp::set_rng_state(&s))
-            }
+            _ => imp::copy_to_backend(&state, b).and_then(|s| imp::set_rng_state(&s)),
         };
         if let Err(e) = done {
             let _ = imp::set_rng_state(&saved);
