@@ -385,6 +385,25 @@ def test_matmul(dtype):
         oracle(lambda a, b: a @ b, torch.matmul, [arg(dtype, (2, 3)), arg(dtype, (4, 2))], code="E_SHAPE")
 
 
+# Products large enough to be split across the pool: by output columns, by
+# rows (tall and narrow), one product per batch entry, a batch folded into rows.
+MATMUL_LARGE = [((130, 257), "contig", (257, 190), "T"), ((600, 70), "T", (70, 40), "step"),
+                ((6, 50, 64), "contig", (6, 64, 48), "T"), ((3, 100, 64), "step", (64, 130), "contig")]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [F32, F64, BF16], ids=["fp32", "fp64", "bf16"])
+def test_matmul_split_across_threads(dtype, threads):
+    before = et.get_num_threads()
+    et.set_num_threads(threads)
+    try:
+        for sa, la, sb, lb in MATMUL_LARGE:
+            with case(sa, la, sb, lb):
+                oracle(lambda a, b: a @ b, torch.matmul, [arg(dtype, sa, la), arg(dtype, sb, lb)], kind="reduce")
+    finally:
+        et.set_num_threads(before)
+
+
 # --- reshape, view, transpose, slice, concat ----------------------------------------------------
 
 SLICES = [(0, 0, 2, 1), (1, 0, 4, 2), (1, 1, 100, 3), (-1, -3, -1, 1), (0, 5, 9, 1), (1, 3, 1, 1), (0, -100, 100, 2),

@@ -359,23 +359,21 @@ impl<A: Rows, B: Rows, C: Rows> Rows for (A, B, C) {
 /// the work is worth the pool.
 fn for_rows<O: Rows>(rows: usize, cost: usize, outs: O, f: impl Fn(usize, O) + Sync) {
     let work = rows.saturating_mul(cost);
-    if par::parallel(work) {
-        par::run(work, || split(0, rows, cost, outs, &f));
-    } else {
-        f(0, outs);
+    if !par::parallel(work) || rows < 2 {
+        return f(0, outs);
     }
-}
-
-fn split<O: Rows, F: Fn(usize, O) + Sync>(first: usize, rows: usize, cost: usize, outs: O, f: &F) {
-    // Outside a pool (`par::run` found it not worth entering) `join` would
-    // start rayon's global one.
-    if rows > 1 && rows.saturating_mul(cost) > LEAF && rayon::current_thread_index().is_some() {
-        let half = rows / 2;
-        let (a, b) = outs.split(half);
-        rayon::join(|| split(first, half, cost, a, f), || split(first + half, rows - half, cost, b, f));
-    } else {
-        f(first, outs);
+    // A few parts per thread (so a slow one is made up by the others), none under LEAF.
+    let parts = (par::threads() * 4).min(rows).min((work / LEAF).max(2));
+    let mut pieces = Vec::with_capacity(parts);
+    let (mut first, mut rest) = (0, outs);
+    for i in 1..parts {
+        let end = rows * i / parts;
+        let (a, b) = rest.split(end - first);
+        pieces.push((first, a));
+        (first, rest) = (end, b);
     }
+    pieces.push((first, rest));
+    par::for_each_owned(pieces, |_, (first, outs)| f(first, outs));
 }
 
 /// Rows of `x` of `n`: `y = softmax(x)`.

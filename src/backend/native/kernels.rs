@@ -4,7 +4,6 @@
 //! vectorises, and a transposed or broadcast one pays only for its inner
 //! strides.
 
-use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use super::elem::{cast, Arith, Elem};
@@ -91,9 +90,7 @@ impl<const N: usize> Walk<N> {
             return self.for_rows(base, 0, rows, f);
         }
         let chunks = (par::threads() * 4).min(rows);
-        par::run(work, || {
-            (0..chunks).into_par_iter().for_each(|c| self.for_rows(base, rows * c / chunks, rows * (c + 1) / chunks, &f));
-        });
+        par::for_each(chunks, &|c| self.for_rows(base, rows * c / chunks, rows * (c + 1) / chunks, &f));
     }
 }
 

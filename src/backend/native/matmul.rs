@@ -70,8 +70,7 @@ fn bmm(a: &Raw, b: &Raw) -> Result<Raw> {
             }
         };
         if across {
-            use rayon::prelude::*;
-            par::run(work, || (0..nb).into_par_iter().for_each(|i| one(i, 0)));
+            par::for_each(nb, &|i| one(i, 0));
         } else {
             (0..nb).for_each(|i| one(i, work));
         }
@@ -150,19 +149,30 @@ unsafe fn real_gemm<T: 'static + Copy + Default + Send + Sync + num_traits::Zero
         return;
     }
     let threads = if par::parallel(work) { par::threads() } else { 1 };
-    let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    // Split across the pool by output columns (each part packs only its own
+    // columns of `b`), or by rows when the product is tall and narrow; each
+    // part is one single-threaded product.
+    let by_cols = n >= m || n >= 64 * threads;
+    let (len, align) = if by_cols { (n, 16) } else { (m, 8) };
+    let step = len.div_ceil(threads).next_multiple_of(align);
+    let parts = len.div_ceil(step);
     let (d, a, b) = (Ptr(dst), Ptr(a as *mut T), Ptr(b as *mut T));
-    // SAFETY: forwarded from the caller. gemm's `alpha` scales the old dst
-    // (unread: read_dst is false), `beta` the product.
-    let go = move || unsafe {
+    let part = |i: usize| {
         let (d, a, b) = (d, a, b);
-        gemm::gemm(m, n, k, d.0, 1, ld, false, a.0, a_cs, a_rs, b.0, b_cs, b_rs, T::zero(), T::one(), false, false, false, parallelism)
+        let (lo, hi) = (i * step, len.min((i + 1) * step));
+        let (d, a, b, m, n) = if by_cols {
+            (d.0.add(lo), a.0, b.0.offset(lo as isize * b_cs), m, hi - lo)
+        } else {
+            (d.0.offset(lo as isize * ld), a.0.offset(lo as isize * a_rs), b.0, hi - lo, n)
+        };
+        // SAFETY: forwarded from the caller; parts write disjoint blocks of
+        // `dst`. gemm's `alpha` scales the old dst (unread: read_dst is
+        // false), `beta` the product.
+        unsafe {
+            gemm::gemm(m, n, k, d, 1, ld, false, a, a_cs, a_rs, b, b_cs, b_rs, T::zero(), T::one(), false, false, false, gemm::Parallelism::None)
+        }
     };
-    if threads > 1 {
-        par::run(work, go)
-    } else {
-        go()
-    }
+    par::for_each(parts, &part);
 }
 
 /// `torch.matmul` without recording.

@@ -1,6 +1,6 @@
 //! The native CPU backend, in Rust: strided tensors over cached storage
-//! (`tensor`, `storage`), kernels on `gemm` and `rayon` (`kernels`,
-//! `matmul`, `fused`), and a reverse-mode tape (`autograd`). It needs no
+//! (`tensor`, `storage`), kernels (`kernels`, `matmul`, `fused`) on `gemm`
+//! and a fork-join pool of our own (`par`), and a reverse-mode tape (`autograd`). It needs no
 //! libtorch; the functions here mirror the torch backend's, one for one.
 
 pub mod autocast;

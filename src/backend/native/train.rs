@@ -110,9 +110,8 @@ fn adamw<T: FloatElem>(p: &Raw, g: &Raw, m: &Raw, v: &Raw, s: &AdamwStep) {
             }
         };
         if super::par::parallel(n) {
-            use rayon::prelude::*;
             let parts = super::par::threads() * 4;
-            super::par::run(n, || (0..parts).into_par_iter().for_each(|k| chunk(n * k / parts, n * (k + 1) / parts)));
+            super::par::for_each(parts, &|k| chunk(n * k / parts, n * (k + 1) / parts));
         } else {
             chunk(0, n);
         }
