@@ -226,6 +226,7 @@ impl<T: Send + Sync> Registry<T> {
 
     /// Ends the borrows in `done` and registers `value`, under one lock: the
     /// common tail of every op (inputs released, output registered).
+    #[inline(always)]
     pub fn insert_after<const N: usize>(&self, value: T, done: [Ref<'_, T>; N]) -> Result<i64> {
         let mut dead: [Option<T>; N] = [const { None }; N];
         let r = {
@@ -325,7 +326,9 @@ impl<T: Send + Sync> Registry<T> {
     }
 
     /// Borrows `N` values under one lock; fails on the first bad handle.
-    #[inline]
+    // Inlined into each op, so the borrows come back in registers: returned
+    // through memory, they cost a store-forwarding stall per call.
+    #[inline(always)]
     pub fn get_n<const N: usize>(&self, hs: [i64; N]) -> Result<[Ref<'_, T>; N]> {
         let mut g = self.lock();
         let mut slots = [0usize; N];

@@ -116,3 +116,40 @@ def test_clip_grad_norm_argument_errors():
         et.clip_grad_norm_multi([et.ones([2])], 1.0, 0.0)
     assert ex.value.code == "E_INVALID_ARG"
     assert et.clip_grad_norm_multi([], 1.0) == 0.0
+
+
+BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+          "div": lambda a, b: a / b}
+UNARY = ["relu", "sigmoid", "tanh", "gelu"]
+
+
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_binary_ops_on_plain_and_grad_inputs_like_pytorch(op):
+    # The torch backend runs an op below the autograd layer when no input
+    # requires grad; a plain result must still enter a graph later exactly as
+    # PyTorch's does, and a mixed one must carry the grad.
+    f = BINARY[op]
+    (x, y, z), (ex, ey, ez), (tx, ty, tz) = leaves((3, 4), (3, 4), (4,))
+    ep, tp = f(to_et(x), to_et(y)), f(x, y)  # plain inputs: no graph
+    same(ep, tp)
+    loss_e = (f(ep, ex) + f(ez, ep)).sum()
+    loss_t = (f(tp, tx) + f(tz, tp)).sum()
+    loss_e.backward()
+    loss_t.backward()
+    same(ex.grad, tx.grad, kind="reduce")
+    same(ez.grad, tz.grad, kind="reduce")
+    assert ey.grad is None
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_unary_ops_on_plain_and_grad_inputs_like_pytorch(op):
+    (x,), (ex,), (tx,) = leaves((5, 6))
+    tf = getattr(torch, op) if hasattr(torch, op) else getattr(torch.nn.functional, op)
+    ep, tp = getattr(to_et(x), op)(), tf(x)  # a plain input: no graph
+    same(ep, tp, kind="reduce" if op == "gelu" else "elementwise")
+    getattr(ex, op)().sum().backward()
+    tf(tx).sum().backward()
+    same(ex.grad, tx.grad, kind="reduce")
+    (ep * ex).sum().backward()  # a plain result feeding a graph
+    (tp * tx).sum().backward()
+    same(ex.grad, tx.grad, kind="reduce")

@@ -7,7 +7,9 @@ import torch
 import torch.nn.functional as F
 
 import enkai_tensor as et
-from helpers import same, to_et, to_torch
+from helpers import DT, same, to_et, to_torch
+
+TORCH_DT = list(DT)
 
 torch.manual_seed(0)
 pytestmark = pytest.mark.usefixtures("backend")
@@ -241,3 +243,17 @@ def test_operators_with_python_scalars_keep_their_operand_alive():
     assert (x * 2.0).tolist() == [6.0] * 3 and (x + 1).tolist() == [4.0] * 3
     assert (x - 1.0).tolist() == [2.0] * 3 and (x / 2).tolist() == [1.5] * 3
     assert (2.0 * x).tolist() == [6.0] * 3 and (1 - x).tolist() == [-2.0] * 3
+
+
+@pytest.mark.parametrize("dtype", sorted(TORCH_DT, key=str), ids=lambda d: DT[d])
+@pytest.mark.parametrize("shape", [(4,), (), (0,), (2, 0, 3), (3, 5, 7)])
+def test_creation_like_torch(dtype, shape):
+    # zeros on the CPU is written by hand on the torch backend (the allocator's
+    # empty tensor plus zero bytes): every dtype and shape, against torch.zeros.
+    name = DT[dtype]
+    same(et.zeros(list(shape), name), torch.zeros(shape, dtype=dtype))
+    same(et.ones(list(shape), name), torch.ones(shape, dtype=dtype))
+    z = et.zeros(list(shape), name)
+    assert to_torch(z).is_contiguous()
+    if dtype.is_floating_point:
+        assert not torch.signbit(to_torch(z).float()).any()  # +0.0, not -0.0

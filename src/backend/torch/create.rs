@@ -6,7 +6,7 @@ use super::{kind, tdevice, torch_err, Raw};
 use crate::backend::Init;
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 
 pub fn cuda_device_count() -> i64 {
     tch::Cuda::device_count()
@@ -28,6 +28,12 @@ pub fn manual_seed(seed: i64) -> Result<()> {
 pub fn fill(shape: &[i64], dtype: DType, dev: Device, init: Init) -> Result<Raw> {
     let opts = (kind(dtype), tdevice(dev));
     let t = match init {
+        // SAFETY: `shape` is valid for its length; a valid out-pointer.
+        Init::Zeros if dev == Device::Cpu => {
+            let d = scalar_type(dtype);
+            return super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_zeros_cpu(shape.as_ptr(), shape.len(), d, out) })
+                .map(Raw);
+        }
         Init::Randn => tch::Tensor::f_randn(shape, opts),
         Init::Zeros => tch::Tensor::f_zeros(shape, opts),
         Init::Ones => tch::Tensor::f_ones(shape, opts),
@@ -71,6 +77,7 @@ pub fn filled_cpu<E: From<Error>>(
 }
 
 extern "C" {
+    fn enkai_shim_zeros_cpu(shape: *const i64, ndim: usize, dtype: c_int, out: *mut *mut torch_sys::C_tensor) -> *mut c_char;
     fn enkai_shim_from_blob(
         data: *mut c_void,
         sizes: *const i64,
@@ -118,10 +125,9 @@ pub unsafe fn wrap_foreign(
         Device::Cpu => (0, -1),
         Device::Cuda(n) => (1, n as c_int),
     };
-    let mut out = std::ptr::null_mut();
     // SAFETY: the caller's contract; `shape` and `strides` have equal lengths;
     // the shim copies them and catches every C++ exception.
-    let msg = unsafe {
+    super::shim_tensor(Code::E_TORCH, |out| unsafe {
         enkai_shim_from_blob(
             data,
             shape.as_ptr(),
@@ -132,15 +138,10 @@ pub unsafe fn wrap_foreign(
             index,
             release,
             ctx,
-            &mut out,
+            out,
         )
-    };
-    super::shim_result(msg, crate::error::Code::E_TORCH)?;
-    if out.is_null() {
-        return Err(crate::err!(E_INTERNAL, "from_blob returned no tensor"));
-    }
-    // SAFETY: on success `out` is a new at::Tensor* that tch now owns.
-    Ok(Raw(unsafe { tch::Tensor::from_ptr(out) }))
+    })
+    .map(Raw)
 }
 
 unsafe extern "C" fn keep(_ctx: *mut c_void) {}

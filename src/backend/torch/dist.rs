@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use super::{torch_err, Raw};
 use crate::dist::rendezvous::{Plan, Store};
-use crate::error::Result;
+use crate::error::{Code, Result};
 
 type AtTensor = *mut c_void;
 
@@ -110,13 +110,10 @@ pub fn dist_broadcast(g: &Group, ts: &[&Raw], root: i64) -> Result<()> {
 }
 
 pub fn dist_allgather(g: &Group, t: &Raw, world: i64) -> Result<Raw> {
-    let mut out = std::ptr::null_mut();
-    // SAFETY: a live tensor; on success *out is a new at::Tensor* that tch now owns.
-    shim(unsafe { enkai_shim_pg_allgather(g.0.as_ptr(), t.0.as_ptr() as AtTensor, int(world, "world")?, &mut out) })?;
-    if out.is_null() {
-        return Err(crate::err!(E_INTERNAL, "all_gather produced no tensor"));
-    }
-    Ok(Raw(unsafe { tch::Tensor::from_ptr(out) }))
+    let world = int(world, "world")?;
+    // SAFETY: a live group and tensor, a valid out-pointer.
+    super::shim_tensor(Code::E_DIST, |out| unsafe { enkai_shim_pg_allgather(g.0.as_ptr(), t.0.as_ptr() as AtTensor, world, out) })
+        .map(Raw)
 }
 
 pub fn dist_barrier(g: &Group) -> Result<()> {

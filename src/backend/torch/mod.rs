@@ -39,14 +39,35 @@ pub fn unavailable() -> Error {
 
 /// A C++ shim's result (NULL, or a malloc'ed message we now own) as a `Result`
 /// whose error has `code`.
+#[inline]
 pub(crate) fn shim_result(msg: *mut std::ffi::c_char, code: crate::error::Code) -> crate::error::Result<()> {
     if msg.is_null() {
         return Ok(());
     }
+    Err(shim_error(msg, code))
+}
+
+#[cold]
+fn shim_error(msg: *mut std::ffi::c_char, code: crate::error::Code) -> Error {
     // SAFETY: the shims return NUL-terminated malloc'ed strings, freed once here.
     let text = unsafe { std::ffi::CStr::from_ptr(msg) }.to_string_lossy().into_owned();
     unsafe { libc::free(msg.cast()) };
-    Err(Error::new(code, text))
+    Error::new(code, text)
+}
+
+/// A shim call that hands back a new `at::Tensor*` through its out-pointer,
+/// which tch owns from then on; the shim's message becomes an error with `code`.
+pub(crate) fn shim_tensor(
+    code: crate::error::Code,
+    call: impl FnOnce(*mut *mut torch_sys::C_tensor) -> *mut std::ffi::c_char,
+) -> crate::error::Result<tch::Tensor> {
+    let mut out = std::ptr::null_mut();
+    shim_result(call(&mut out), code)?;
+    if out.is_null() {
+        crate::bail!(E_INTERNAL, "a libtorch shim succeeded without a tensor");
+    }
+    // SAFETY: on success the shims store a new at::Tensor* nobody else owns.
+    Ok(unsafe { tch::Tensor::from_ptr(out) })
 }
 
 /// Runs tch calls that take a `Scalar` (`f_full`, `f_mul_scalar`, norms with

@@ -1,9 +1,13 @@
 //! Tensor operations, one libtorch call each (argument checks live in `crate::ops`).
 
+use std::ffi::{c_char, c_int};
+
+use torch_sys::C_tensor;
+
 use super::{kind, tdevice, torch_err, Raw};
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Code, Result};
 use crate::ops::{Binary, Reduce, Unary};
 
 fn wrap(r: std::result::Result<tch::Tensor, tch::TchError>) -> Result<Raw> {
@@ -14,23 +18,33 @@ pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
     wrap(a.0.f_matmul(&b.0))
 }
 
+extern "C" {
+    fn enkai_shim_binary(op: c_int, a: *const C_tensor, b: *const C_tensor, out: *mut *mut C_tensor) -> *mut c_char;
+    fn enkai_shim_unary(op: c_int, x: *const C_tensor, out: *mut *mut C_tensor) -> *mut c_char;
+}
+
+// The shim skips the autograd layer when no input requires grad (see shim.cpp).
 pub fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
-    wrap(match op {
-        Binary::Add => a.0.f_add(&b.0),
-        Binary::Sub => a.0.f_sub(&b.0),
-        Binary::Mul => a.0.f_mul(&b.0),
-        Binary::Div => a.0.f_div(&b.0),
-    })
+    let op = match op {
+        Binary::Add => 0,
+        Binary::Sub => 1,
+        Binary::Mul => 2,
+        Binary::Div => 3,
+    };
+    // SAFETY: live tensors for the call, a valid out-pointer.
+    super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_binary(op, a.0.as_ptr(), b.0.as_ptr(), out) }).map(Raw)
 }
 
 pub fn unary(op: Unary, x: &Raw) -> Result<Raw> {
-    wrap(match op {
-        Unary::Relu => x.0.f_relu(),
-        Unary::Sigmoid => x.0.f_sigmoid(),
-        Unary::Tanh => x.0.f_tanh(),
-        Unary::Gelu => x.0.f_gelu("none"),
-        Unary::Detach => x.0.f_detach(),
-    })
+    let op = match op {
+        Unary::Relu => 0,
+        Unary::Sigmoid => 1,
+        Unary::Tanh => 2,
+        Unary::Gelu => 3,
+        Unary::Detach => return wrap(x.0.f_detach()),
+    };
+    // SAFETY: a live tensor for the call, a valid out-pointer.
+    super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_unary(op, x.0.as_ptr(), out) }).map(Raw)
 }
 
 pub fn reshape(x: &Raw, shape: &[i64]) -> Result<Raw> {

@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int, c_void};
 use super::{torch_err, Raw};
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Code, Result};
 
 /// An `at::Tensor*`: what tch's C tensor pointer (`Tensor::as_ptr`) is.
 type AtTensor = *mut c_void;
@@ -52,14 +52,8 @@ impl SeededGenerator {
 
     /// `torch.randn(shape, generator=self)`, fp32 on the CPU.
     pub fn randn(&self, shape: &[i64]) -> Result<tch::Tensor> {
-        let mut out = std::ptr::null_mut();
         // SAFETY: a live generator, `shape` valid for its length, a valid out-pointer.
-        shim(unsafe { enkai_shim_randn_with(self.0, shape.as_ptr(), shape.len(), &mut out) })?;
-        if out.is_null() {
-            return Err(crate::err!(E_INTERNAL, "randn returned no tensor"));
-        }
-        // SAFETY: on success `out` is a new at::Tensor* that tch now owns.
-        Ok(unsafe { tch::Tensor::from_ptr(out) })
+        super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_randn_with(self.0, shape.as_ptr(), shape.len(), out) })
     }
 }
 
@@ -200,13 +194,8 @@ pub fn autocast_nesting(enter: bool) {
 
 /// The CPU generator's state as a uint8 tensor (`torch.get_rng_state()`).
 pub fn rng_state() -> Result<Raw> {
-    let mut out = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer; on success it holds a new at::Tensor* that tch now owns.
-    shim(unsafe { enkai_shim_rng_get_state(&mut out) })?;
-    if out.is_null() {
-        return Err(crate::err!(E_INTERNAL, "no RNG state"));
-    }
-    Ok(Raw(unsafe { tch::Tensor::from_ptr(out) }))
+    // SAFETY: a valid out-pointer.
+    super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_rng_get_state(out) }).map(Raw)
 }
 
 /// Restores a state from `rng_state` (`torch.set_rng_state`).
