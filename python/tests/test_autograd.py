@@ -153,3 +153,19 @@ def test_unary_ops_on_plain_and_grad_inputs_like_pytorch(op):
     (ep * ex).sum().backward()  # a plain result feeding a graph
     (tp * tx).sum().backward()
     same(ex.grad, tx.grad, kind="reduce")
+
+
+def test_gradients_meeting_at_a_node_sum_like_pytorch():
+    # A node reached by several branches (the native engine sums their
+    # gradients in place when nothing else holds the first): slices of one
+    # tensor, a residual-style reuse, and one branch passing its gradient on twice.
+    (x, w), (ex, ew), (tx, tw) = leaves((4, 6), (6, 6))
+    eh, th = ex @ ew, tx @ tw
+    ep = [eh.slice(1, i, i + 2) for i in (0, 2, 4)]
+    tp = [th[:, i:i + 2] for i in (0, 2, 4)]
+    loss_e = ((ep[0] * ep[1]).sum() + (ep[2] + ep[2]).sum() + (eh + eh * eh).sum())
+    loss_t = ((tp[0] * tp[1]).sum() + (tp[2] + tp[2]).sum() + (th + th * th).sum())
+    loss_e.backward()
+    loss_t.backward()
+    same(ex.grad, tx.grad, kind="reduce")
+    same(ew.grad, tw.grad, kind="reduce")

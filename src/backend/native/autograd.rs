@@ -123,20 +123,34 @@ fn fit(g: Raw, shape: &[i64], dtype: DType) -> Result<Raw> {
     Ok(g)
 }
 
+/// A contiguous tensor whose buffer nothing else holds (no other edge, view or handle).
+fn unshared(g: &Raw) -> bool {
+    Arc::strong_count(&g.0) == 1 && Arc::strong_count(&g.0.storage) == 1 && g.is_contiguous()
+}
+
 fn accumulate(leaf: &Inner, g: Raw) -> Result<()> {
     let mut slot = leaf.grad.lock().unwrap_or_else(|e| e.into_inner());
     match slot.as_ref() {
         // In place, so a handle on the grad sees the sum (as AccumulateGrad does).
         Some(old) => ops::add_in_place(old, &g),
         None => {
-            // Keep a private copy when `g` may be shared (with another edge, or
-            // as a view); a contiguous gradient nothing else holds is taken as
-            // it is, as AccumulateGrad steals an unshared gradient.
-            let unshared = Arc::strong_count(&g.0) == 1 && Arc::strong_count(&g.0.storage) == 1 && g.is_contiguous();
-            *slot = Some(if unshared { g } else { ops::clone_contiguous(&g)? });
+            // Keep a private copy when `g` may be shared; an unshared gradient
+            // is taken as it is, as AccumulateGrad steals one.
+            *slot = Some(if unshared(&g) { g } else { ops::clone_contiguous(&g)? });
             Ok(())
         }
     }
+}
+
+/// The sum of two gradients reaching one node (a tensor used twice): into
+/// `prev` when nothing else holds it, saving a buffer and a pass; the same
+/// values either way (`prev + g`, rounded once).
+fn sum_grads(prev: Raw, g: &Raw) -> Result<Raw> {
+    if unshared(&prev) && prev.dtype() == g.dtype() && prev.shape() == g.shape() {
+        ops::add_in_place(&prev, g)?;
+        return Ok(prev);
+    }
+    ops::add_plain(&prev, g)
 }
 
 /// `loss.backward()` with a gradient of ones.
@@ -183,7 +197,7 @@ pub fn backward(loss: &Raw) -> Result<()> {
                 Target::Node(m) => {
                     let k = key(m);
                     let sum = match grads.remove(&k) {
-                        Some(prev) => ops::add_plain(&prev, &gi)?,
+                        Some(prev) => sum_grads(prev, &gi)?,
                         None => gi,
                     };
                     grads.insert(k, sum);

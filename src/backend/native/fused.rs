@@ -730,6 +730,50 @@ fn gelu_fwd_loop<T: Real>(x: &[T], y: &mut [T]) {
     }
 }
 
+/// [`gelu_fwd`] that also keeps `cdf = Φ(x)` for [`gelu_bwd_cdf`], so the
+/// backward pass does not evaluate erf again (the same values as recomputing it).
+pub fn gelu_fwd_cdf<T: Real>(x: &[T], y: &mut [T], cdf: &mut [T]) {
+    let len = x.len().min(y.len()).min(cdf.len());
+    debug_assert!(x.len() == len && y.len() == len && cdf.len() == len);
+    let outs = (Per(&mut y[..len], 1), Per(&mut cdf[..len], 1));
+    for_rows(len, 1, outs, |i0, (Per(y, _), Per(c, _))| gelu_fwd_cdf_run(tail(x, i0), y, c));
+}
+
+multiversion!(fn gelu_fwd_cdf_run<T: Real>(x: &[T], y: &mut [T], cdf: &mut [T]) => gelu_fwd_cdf_loop);
+
+#[inline(always)]
+fn gelu_fwd_cdf_loop<T: Real>(x: &[T], y: &mut [T], cdf: &mut [T]) {
+    let (h, r) = (cst::<T>(0.5), cst::<T>(std::f64::consts::FRAC_1_SQRT_2));
+    for (&x, (y, c)) in x.iter().zip(y.iter_mut().zip(cdf.iter_mut())) {
+        let e = T::one() + (x * r).erf();
+        *y = x * h * e;
+        *c = h * e;
+    }
+}
+
+/// [`gelu_bwd`] from the `Φ(x)` that [`gelu_fwd_cdf`] kept.
+pub fn gelu_bwd_cdf<T: Real>(g: &[T], x: &[T], cdf: &[T], dx: &mut [T]) {
+    let len = g.len().min(x.len()).min(cdf.len()).min(dx.len());
+    debug_assert!(g.len() == len && x.len() == len && cdf.len() == len && dx.len() == len);
+    for_rows(len, 1, Per(&mut dx[..len], 1), |i0, Per(dx, _)| gelu_bwd_cdf_run(tail(g, i0), tail(x, i0), tail(cdf, i0), dx));
+}
+
+multiversion!(fn gelu_bwd_cdf_run<T: Real>(g: &[T], x: &[T], cdf: &[T], dx: &mut [T]) => gelu_bwd_cdf_loop);
+
+#[inline(always)]
+fn gelu_bwd_cdf_loop<T: Real>(g: &[T], x: &[T], cdf: &[T], dx: &mut [T]) {
+    let (h, k) = (cst::<T>(0.5), gelu_pdf_scale::<T>());
+    for (d, ((&g, &x), &c)) in dx.iter_mut().zip(g.iter().zip(x).zip(cdf)) {
+        *d = g * (c + x * (k * (x * x * -h).vexp()));
+    }
+}
+
+/// 1/√(2π), formed as PyTorch forms it.
+#[inline(always)]
+fn gelu_pdf_scale<T: Real>() -> T {
+    cst::<T>(std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2 * 0.5)
+}
+
 /// `dx = g * (Φ(x) + x φ(x))`, the derivative of [`gelu_fwd`].
 pub fn gelu_bwd<T: Real>(g: &[T], x: &[T], dx: &mut [T]) {
     let len = g.len().min(x.len()).min(dx.len());
@@ -741,9 +785,7 @@ multiversion!(fn gelu_bwd_run<T: Real>(g: &[T], x: &[T], dx: &mut [T]) => gelu_b
 
 #[inline(always)]
 fn gelu_bwd_loop<T: Real>(g: &[T], x: &[T], dx: &mut [T]) {
-    let (h, r) = (cst::<T>(0.5), cst::<T>(std::f64::consts::FRAC_1_SQRT_2));
-    // 1/√(2π), formed as PyTorch forms it.
-    let k = cst::<T>(std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2 * 0.5);
+    let (h, r, k) = (cst::<T>(0.5), cst::<T>(std::f64::consts::FRAC_1_SQRT_2), gelu_pdf_scale::<T>());
     for (d, (&g, &x)) in dx.iter_mut().zip(g.iter().zip(x)) {
         let cdf = h * (T::one() + (x * r).erf());
         let pdf = k * (x * x * -h).vexp();
@@ -1192,6 +1234,32 @@ mod tests {
         assert_eq!(y[x.len() - 4].to_bits(), (-0.0f32).to_bits(), "gelu(-30) = -0, as PyTorch");
         assert_eq!(y[x.len() - 3], f32::INFINITY);
         assert!(y[x.len() - 2].is_nan(), "gelu(-inf) = -inf * 0, as PyTorch");
+    }
+
+    #[test]
+    fn gelu_with_kept_cdf_is_bit_identical() {
+        let mut x: Vec<f32> = (-9_000..=9_000).map(|i| i as f32 * 1.3e-3).collect();
+        x.extend([0.0, -0.0, 1e-40, 30.0, -30.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        let g: Vec<f32> = (0..x.len()).map(|i| 1.0 - (i % 5) as f32 * 0.5).collect();
+        let n = x.len();
+        let (mut y, mut y2, mut cdf, mut dx, mut dx2) = (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        gelu_fwd(&x, &mut y);
+        gelu_bwd(&g, &x, &mut dx);
+        gelu_fwd_cdf(&x, &mut y2, &mut cdf);
+        gelu_bwd_cdf(&g, &x, &cdf, &mut dx2);
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&y2));
+        assert_eq!(bits(&dx), bits(&dx2));
+        let x64: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let g64: Vec<f64> = g.iter().map(|&v| v as f64).collect();
+        let (mut y, mut y2, mut cdf, mut dx, mut dx2) = (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        gelu_fwd(&x64, &mut y);
+        gelu_bwd(&g64, &x64, &mut dx);
+        gelu_fwd_cdf(&x64, &mut y2, &mut cdf);
+        gelu_bwd_cdf(&g64, &x64, &cdf, &mut dx2);
+        let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&y2));
+        assert_eq!(bits(&dx), bits(&dx2));
     }
 
     // ---- gradients against central differences, in f64 ----

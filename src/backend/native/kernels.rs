@@ -141,10 +141,7 @@ pub fn map_into<S: Elem, D: Elem>(out: &Raw, x: &Raw, x_strides: &[i64], f: impl
         // SAFETY: offsets come from the views' own shapes and strides.
         let (po, px) = (po.at(o), px.at(i));
         match (so, sx) {
-            (1, 1) => {
-                let (d, s) = (std::slice::from_raw_parts_mut(po, n), std::slice::from_raw_parts(px, n));
-                d.iter_mut().zip(s).for_each(|(d, s)| *d = f(*s));
-            }
+            (1, 1) => map_run(std::slice::from_raw_parts_mut(po, n), std::slice::from_raw_parts(px, n), &f),
             // A row of one broadcast value.
             (1, 0) => std::slice::from_raw_parts_mut(po, n).fill(f(*px)),
             _ => {
@@ -160,8 +157,7 @@ pub fn map_into<S: Elem, D: Elem>(out: &Raw, x: &Raw, x_strides: &[i64], f: impl
 pub fn zip_into<A: Elem, B: Elem, D: Elem>(out: &Raw, a: &Raw, b: &Raw, f: impl Fn(A, B) -> D + Sync) {
     // The common case, small or not: three contiguous tensors of one shape, one flat loop.
     if a.shape() == out.shape() && b.shape() == out.shape() && a.is_contiguous() && b.is_contiguous() && !par::parallel(out.numel()) {
-        let (x, y, o) = (a.slice::<A>(), b.slice::<B>(), out.slice_mut::<D>());
-        o.iter_mut().zip(x.iter().zip(y)).for_each(|(o, (x, y))| *o = f(*x, *y));
+        zip_run(out.slice_mut::<D>(), a.slice::<A>(), b.slice::<B>(), &f);
         return;
     }
     let (sa, sb) = (expand_strides(a, out.shape()), expand_strides(b, out.shape()));
@@ -173,17 +169,14 @@ pub fn zip_into<A: Elem, B: Elem, D: Elem>(out: &Raw, a: &Raw, b: &Raw, f: impl 
         let (po, pa, pb) = (po.at(o), pa.at(i), pb.at(j));
         let dst = std::slice::from_raw_parts_mut(po, n);
         match (so, sa, sb) {
-            (1, 1, 1) => {
-                let (x, y) = (std::slice::from_raw_parts(pa, n), std::slice::from_raw_parts(pb, n));
-                dst.iter_mut().zip(x.iter().zip(y)).for_each(|(d, (x, y))| *d = f(*x, *y));
-            }
+            (1, 1, 1) => zip_run(dst, std::slice::from_raw_parts(pa, n), std::slice::from_raw_parts(pb, n), &f),
             (1, 1, 0) => {
-                let (x, y) = (std::slice::from_raw_parts(pa, n), *pb);
-                dst.iter_mut().zip(x).for_each(|(d, x)| *d = f(*x, y));
+                let y = *pb;
+                map_run(dst, std::slice::from_raw_parts(pa, n), &|x| f(x, y));
             }
             (1, 0, 1) => {
-                let (x, y) = (*pa, std::slice::from_raw_parts(pb, n));
-                dst.iter_mut().zip(y).for_each(|(d, y)| *d = f(x, *y));
+                let x = *pa;
+                map_run(dst, std::slice::from_raw_parts(pb, n), &|y| f(x, y));
             }
             _ => {
                 for k in 0..n as isize {
@@ -192,6 +185,49 @@ pub fn zip_into<A: Elem, B: Elem, D: Elem>(out: &Raw, a: &Raw, b: &Raw, f: impl 
             }
         }
     });
+}
+
+// The contiguous rows of map_into and zip_into, compiled for each SIMD level
+// (elementwise arithmetic rounds the same at every width).
+multiversion!(fn map_run<S: Elem, D: Elem, F: Fn(S) -> D>(d: &mut [D], x: &[S], f: &F) => map_loop);
+
+#[inline(always)]
+fn map_loop<S: Elem, D: Elem, F: Fn(S) -> D>(d: &mut [D], x: &[S], f: &F) {
+    for (d, &x) in d.iter_mut().zip(x) {
+        *d = f(x);
+    }
+}
+
+multiversion!(fn zip_run<A: Elem, B: Elem, D: Elem, F: Fn(A, B) -> D>(d: &mut [D], x: &[A], y: &[B], f: &F) => zip_loop);
+
+#[inline(always)]
+fn zip_loop<A: Elem, B: Elem, D: Elem, F: Fn(A, B) -> D>(d: &mut [D], x: &[A], y: &[B], f: &F) {
+    for (d, (&x, &y)) in d.iter_mut().zip(x.iter().zip(y)) {
+        *d = f(x, y);
+    }
+}
+
+/// `acc[i] += x[i]`, rounded to `T` (as `acc + x` rounds), across the pool
+/// when large. The two slices do not overlap.
+pub fn add_assign<T: Elem>(acc: &mut [T], x: &[T]) {
+    let n = acc.len().min(x.len());
+    let step = n.div_ceil(if par::parallel(n) { par::threads() } else { 1 }).max(1);
+    let (pa, px) = (Ptr(acc.as_mut_ptr()), Ptr(x.as_ptr().cast_mut()));
+    par::for_each(n.div_ceil(step), &|i| {
+        let (lo, hi) = (i * step, n.min((i + 1) * step));
+        // SAFETY: each task takes its own range of both slices, inside their length.
+        let (a, b) = unsafe { (std::slice::from_raw_parts_mut(pa.at(lo as isize), hi - lo), std::slice::from_raw_parts(px.at(lo as isize), hi - lo)) };
+        add_assign_run(a, b);
+    });
+}
+
+multiversion!(fn add_assign_run<T: Elem>(acc: &mut [T], x: &[T]) => add_assign_loop);
+
+#[inline(always)]
+fn add_assign_loop<T: Elem>(acc: &mut [T], x: &[T]) {
+    for (a, &b) in acc.iter_mut().zip(x) {
+        *a = T::down(a.up().add(b.up()));
+    }
 }
 
 /// A contiguous copy of `x` converted to `D` (c10's static_cast semantics).

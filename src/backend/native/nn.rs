@@ -83,14 +83,24 @@ fn map_rows2<R: Elem>(a: &Raw, b: &Raw, d: usize, dt: DType, kernel: impl FnOnce
 
 pub fn gelu(x: &Raw) -> Result<Raw> {
     let d = x.dim().saturating_sub(1);
-    let out = with_real!("gelu", x.dtype(), R => map_rows::<R>(x, d, x.dtype(), |x, _, y| fused::gelu_fwd(x, y))?);
     if !needs_grad(&[x]) {
-        return Ok(out);
+        return with_real!("gelu", x.dtype(), R => map_rows::<R>(x, d, x.dtype(), |x, _, y| fused::gelu_fwd(x, y)));
     }
-    let sx = x.detached();
+    // Φ(x) is kept, in the computing type, for the backward pass: it then
+    // evaluates only exp, not erf again (erf is most of GELU's cost).
+    let (out, xr, cdf) = with_real!("gelu", x.dtype(), R => {
+        let xr = rows::<R>(x, d)?;
+        let (y, cdf) = (Raw::empty(xr.shape(), R::DT)?, Raw::empty(xr.shape(), R::DT)?);
+        fused::gelu_fwd_cdf(xr.slice::<R>(), y.slice_mut::<R>(), cdf.slice_mut::<R>());
+        (unrows(y, d, x.dtype())?, xr, cdf)
+    });
     Ok(record(out, "GeluBackward", &[x], move |g| {
-        let d = sx.dim().saturating_sub(1);
-        let dx = with_real!("gelu", sx.dtype(), R => map_rows2::<R>(g, &sx, d, g.dtype(), |g, x, _, dx| fused::gelu_bwd(g, x, dx))?);
+        let dx = with_real!("gelu", xr.dtype(), R => {
+            let gr = rows::<R>(g, d)?;
+            let dx = Raw::empty(xr.shape(), R::DT)?;
+            fused::gelu_bwd_cdf(gr.slice::<R>(), xr.slice::<R>(), cdf.slice::<R>(), dx.slice_mut::<R>());
+            unrows(dx, d, g.dtype())?
+        });
         Ok(vec![Some(dx)])
     }))
 }

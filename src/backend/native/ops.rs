@@ -4,7 +4,7 @@
 
 use super::autograd::{needs_grad, record};
 use super::elem::{promote, with_elem, with_float, Arith, Elem, FloatElem};
-use super::kernels::{cast_to, copy_into, map_into, sum_into, zip_into};
+use super::kernels::{add_assign, cast_to, copy_into, map_into, sum_into, zip_into};
 use super::tensor::{contiguous_strides, numel, Raw};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -109,10 +109,7 @@ pub fn add_in_place(acc: &Raw, g: &Raw) -> Result<()> {
     // no temporary. Separate storages, so the two slices never alias.
     let same_layout = acc.dtype() == g.dtype() && acc.shape() == g.shape() && acc.is_contiguous() && g.is_contiguous();
     if same_layout && !std::sync::Arc::ptr_eq(&acc.0.storage, &g.0.storage) {
-        with_elem!(acc.dtype(), T => {
-            let (a, b) = (acc.slice_mut::<T>(), g.slice::<T>());
-            a.iter_mut().zip(b).for_each(|(a, b)| *a = T::down(a.up().add(b.up())));
-        });
+        with_elem!(acc.dtype(), T => add_assign(acc.slice_mut::<T>(), g.slice::<T>()));
         return Ok(());
     }
     let sum = plain(Binary::Add, acc, g)?;
