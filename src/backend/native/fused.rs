@@ -762,16 +762,19 @@ multiversion!(fn gelu_bwd_cdf_run<T: Real>(g: &[T], x: &[T], cdf: &[T], dx: &mut
 
 #[inline(always)]
 fn gelu_bwd_cdf_loop<T: Real>(g: &[T], x: &[T], cdf: &[T], dx: &mut [T]) {
-    let (h, k) = (cst::<T>(0.5), gelu_pdf_scale::<T>());
     for (d, ((&g, &x), &c)) in dx.iter_mut().zip(g.iter().zip(x).zip(cdf)) {
-        *d = g * (c + x * (k * (x * x * -h).vexp()));
+        *d = gelu_dx(g, x, c);
     }
 }
 
-/// 1/√(2π), formed as PyTorch forms it.
+/// `g * (Φ(x) + x φ(x))` given `cdf = Φ(x)`: the one expression both GELU
+/// backward kernels round through, so they agree bit for bit.
 #[inline(always)]
-fn gelu_pdf_scale<T: Real>() -> T {
-    cst::<T>(std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2 * 0.5)
+fn gelu_dx<T: Real>(g: T, x: T, cdf: T) -> T {
+    // 1/√(2π), formed as PyTorch forms it.
+    let k = cst::<T>(std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2 * 0.5);
+    let pdf = k * (x * x * -cst::<T>(0.5)).vexp();
+    g * (cdf + x * pdf)
 }
 
 /// `dx = g * (Φ(x) + x φ(x))`, the derivative of [`gelu_fwd`].
@@ -785,11 +788,9 @@ multiversion!(fn gelu_bwd_run<T: Real>(g: &[T], x: &[T], dx: &mut [T]) => gelu_b
 
 #[inline(always)]
 fn gelu_bwd_loop<T: Real>(g: &[T], x: &[T], dx: &mut [T]) {
-    let (h, r, k) = (cst::<T>(0.5), cst::<T>(std::f64::consts::FRAC_1_SQRT_2), gelu_pdf_scale::<T>());
+    let (h, r) = (cst::<T>(0.5), cst::<T>(std::f64::consts::FRAC_1_SQRT_2));
     for (d, (&g, &x)) in dx.iter_mut().zip(g.iter().zip(x)) {
-        let cdf = h * (T::one() + (x * r).erf());
-        let pdf = k * (x * x * -h).vexp();
-        *d = g * (cdf + x * pdf);
+        *d = gelu_dx(g, x, h * (T::one() + (x * r).erf()));
     }
 }
 
@@ -1236,30 +1237,29 @@ mod tests {
         assert!(y[x.len() - 2].is_nan(), "gelu(-inf) = -inf * 0, as PyTorch");
     }
 
+    /// The kept-Φ kernels against the recomputing ones, bit for bit.
+    fn kept_cdf_matches<T: Real>(x: &[T], g: &[T]) {
+        let n = x.len();
+        let z = || vec![T::zero(); n];
+        let (mut y, mut y2, mut cdf, mut dx, mut dx2) = (z(), z(), z(), z(), z());
+        gelu_fwd(x, &mut y);
+        gelu_bwd(g, x, &mut dx);
+        gelu_fwd_cdf(x, &mut y2, &mut cdf);
+        gelu_bwd_cdf(g, x, &cdf, &mut dx2);
+        // SAFETY: plain floats, read as the bytes they are.
+        let bits = |v: &[T]| unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }.to_vec();
+        assert_eq!(bits(&y), bits(&y2), "forward");
+        assert_eq!(bits(&dx), bits(&dx2), "backward");
+    }
+
     #[test]
     fn gelu_with_kept_cdf_is_bit_identical() {
         let mut x: Vec<f32> = (-9_000..=9_000).map(|i| i as f32 * 1.3e-3).collect();
         x.extend([0.0, -0.0, 1e-40, 30.0, -30.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
         let g: Vec<f32> = (0..x.len()).map(|i| 1.0 - (i % 5) as f32 * 0.5).collect();
-        let n = x.len();
-        let (mut y, mut y2, mut cdf, mut dx, mut dx2) = (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-        gelu_fwd(&x, &mut y);
-        gelu_bwd(&g, &x, &mut dx);
-        gelu_fwd_cdf(&x, &mut y2, &mut cdf);
-        gelu_bwd_cdf(&g, &x, &cdf, &mut dx2);
-        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&y), bits(&y2));
-        assert_eq!(bits(&dx), bits(&dx2));
-        let x64: Vec<f64> = x.iter().map(|&v| v as f64).collect();
-        let g64: Vec<f64> = g.iter().map(|&v| v as f64).collect();
-        let (mut y, mut y2, mut cdf, mut dx, mut dx2) = (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-        gelu_fwd(&x64, &mut y);
-        gelu_bwd(&g64, &x64, &mut dx);
-        gelu_fwd_cdf(&x64, &mut y2, &mut cdf);
-        gelu_bwd_cdf(&g64, &x64, &cdf, &mut dx2);
-        let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&y), bits(&y2));
-        assert_eq!(bits(&dx), bits(&dx2));
+        kept_cdf_matches(&x, &g);
+        let up = |v: &[f32]| v.iter().map(|&v| v as f64).collect::<Vec<_>>();
+        kept_cdf_matches(&up(&x), &up(&g));
     }
 
     // ---- gradients against central differences, in f64 ----

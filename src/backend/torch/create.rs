@@ -28,9 +28,9 @@ pub fn manual_seed(seed: i64) -> Result<()> {
 pub fn fill(shape: &[i64], dtype: DType, dev: Device, init: Init) -> Result<Raw> {
     let opts = (kind(dtype), tdevice(dev));
     let t = match init {
-        // SAFETY: `shape` is valid for its length; a valid out-pointer.
         Init::Zeros if dev == Device::Cpu => {
             let d = scalar_type(dtype);
+            // SAFETY: `shape` is valid for its length; a valid out-pointer.
             return super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_zeros_cpu(shape.as_ptr(), shape.len(), d, out) })
                 .map(Raw);
         }

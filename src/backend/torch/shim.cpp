@@ -27,6 +27,15 @@ using enkai::guarded;
 
 at::DeviceType device_type(int d) { return d == 1 ? at::kCUDA : at::kCPU; }
 
+// A new at::Tensor holding run()'s result, computed below the autograd layer
+// unless `grad` (some input requires grad).
+template <typename F>
+at::Tensor* below_autograd_unless(bool grad, F run) {
+  if (grad) return new at::Tensor(run());
+  at::AutoDispatchBelowAutograd below;
+  return new at::Tensor(run());
+}
+
 }  // namespace
 
 extern "C" {
@@ -131,12 +140,7 @@ char* enkai_shim_binary(int op, const at::Tensor* a, const at::Tensor* b, at::Te
         default: return at::div(*a, *b);
       }
     };
-    if (a->requires_grad() || b->requires_grad()) {
-      *out = new at::Tensor(run());
-    } else {
-      at::AutoDispatchBelowAutograd below;
-      *out = new at::Tensor(run());
-    }
+    *out = below_autograd_unless(a->requires_grad() || b->requires_grad(), run);
   });
 }
 
@@ -150,12 +154,7 @@ char* enkai_shim_unary(int op, const at::Tensor* x, at::Tensor** out) {
         default: return at::gelu(*x);
       }
     };
-    if (x->requires_grad()) {
-      *out = new at::Tensor(run());
-    } else {
-      at::AutoDispatchBelowAutograd below;
-      *out = new at::Tensor(run());
-    }
+    *out = below_autograd_unless(x->requires_grad(), run);
   });
 }
 
