@@ -483,16 +483,23 @@ int64_t enkai_checkpoint_load_scaler(const char *dir);
  * call: every rank saves its own params, optimizer and `meta_json` (which may
  * differ between ranks) to `rank{rank}/` of the round, and the round becomes
  * `latest` (with `manifest.json`: world, round, every rank's file hashes) only
- * once every rank's shard is written. Each call returns after that commit:
- * once every rank's save returned 0, every rank's load returns this round.
- * With a process group (`enkai_dist_init`, world > 1) the commit goes through
- * it: rank 0 gathers the hashes, commits, and every rank gets the same result.
- * Without one, ranks on one host meet through the file system, and a save
- * whose round is not complete within `ENKAI_DIST_TIMEOUT_S` (default 1800 s)
- * withdraws its shard. Returns 0, or 1 with the errors of
+ * once every rank's shard is written: once every rank's save returned 0,
+ * every rank's load returns this round. With a process group
+ * (`enkai_dist_init`, world > 1) the commit goes through it: rank 0 gathers
+ * the hashes, commits, and every call returns after the commit with the same
+ * result. Without one, ranks on one host meet through the file system: a
+ * save returns once its own shard is durable, the save that completes the
+ * round commits it, and a rank saving again before its round completes
+ * replaces its shard there, so one process may save rank 0, 1, ... in turn.
+ * A round that never completes never becomes `latest`. With
+ * `ENKAI_CKPT_RANKED_WAIT=1` a save without a group also waits for the
+ * commit, and withdraws its shard with `E_CKPT_INCOMPLETE` when the round is
+ * not complete within `ENKAI_DIST_TIMEOUT_S` (default 1800 s).
+ * Returns 0, or 1 with the errors of
  * `enkai_checkpoint_save`, `E_INVALID_ARG` (rank not in world, or not this
- * process's rank in the group), `E_CKPT_INCOMPLETE` (another rank failed or
- * never saved: nothing was committed and the previous `latest` stays), and
+ * process's rank in the group, or a malformed `ENKAI_CKPT_RANKED_WAIT`),
+ * `E_CKPT_INCOMPLETE` (another rank failed or, when waiting, never saved:
+ * nothing was committed and the previous `latest` stays), and
  * the `E_DIST_*` codes of a failing group.
  *
  * # Safety

@@ -316,20 +316,68 @@ def test_ranks_saving_different_meta_complete_one_round(tmp_path, metas):
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith((".round-", ".pending-", ".staging"))]
 
 
-def test_a_round_a_rank_never_joins_fails_and_keeps_latest(tmp_path):
+def ranked_params(r, step):
+    """ckpt_child.py's params of rank r at step `step`, made in this process."""
+    return [et.full([8, 8], 10 * r + 1).require_grad(), et.full([5], r, "int32"), et.full([1], step, "int64")]
+
+
+def loaded_step(d, r):
+    ps, _, meta = et.checkpoint_load_ranked(d, r)
+    assert to_torch(ps[1]).tolist() == [r] * 5
+    return to_torch(ps[2]).item(), json.loads(meta)
+
+
+def test_one_process_saves_every_rank_in_turn(tmp_path):
+    # No process group: each save returns once its shard is durable; the third
+    # completes the round and commits it (each used to wait for the others).
+    start = time.monotonic()
+    for r in range(3):
+        et.checkpoint_save_ranked(tmp_path, r, 3, ranked_params(r, 4), None, json.dumps({"rank": r, "loader": [r] * r}))
+        assert (r == 2) == (tmp_path / "latest").exists()
+    assert time.monotonic() - start < 10
+    assert [loaded_step(tmp_path, r) for r in range(3)] == [(4, {"rank": r, "loader": [r] * r}) for r in range(3)]
+    # a rank that saves again before its round completes replaces its shard there
+    et.checkpoint_save_ranked(tmp_path, 0, 3, ranked_params(0, 5), None, "{}")
+    et.checkpoint_save_ranked(tmp_path, 0, 3, ranked_params(0, 6), None, "{}")
+    assert [loaded_step(tmp_path, r)[0] for r in range(3)] == [4, 4, 4]
+    for r in [1, 2]:
+        et.checkpoint_save_ranked(tmp_path, r, 3, ranked_params(r, 6), None, "{}")
+    assert [loaded_step(tmp_path, r)[0] for r in range(3)] == [6, 6, 6]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("snap-")) == [".lock", "latest"]
+
+
+def test_a_round_a_rank_never_joins_keeps_latest(tmp_path):
     assert outcomes(ranks_save(tmp_path, 2, 1)) == {0: (0, ""), 1: (0, "")}
     start = time.monotonic()
-    ((rc, out),) = outcomes(ranks_save(tmp_path, 2, 2, ranks=[0], ENKAI_DIST_TIMEOUT_S=1)).values()
-    assert rc == 3 and out.startswith("E_CKPT_INCOMPLETE") and "[1]" in out, out
+    # rank 0 returns as soon as its shard is durable; the round waits for rank 1
+    assert outcomes(ranks_save(tmp_path, 2, 2, ranks=[0])) == {0: (0, "")}
     assert time.monotonic() - start < 30
     for r in range(2):  # the previous round is still the one every rank loads
         assert et.checkpoint_load_ranked(tmp_path, r)[2] == b'{"step": 1}'
+    # the round keeps rank 0's shard until rank 0 saves again (its newest shard
+    # replaces it), so the next round is saved rank by rank: it commits and sweeps the rest
+    for r in range(2):
+        assert outcomes(ranks_save(tmp_path, 2, 3, ranks=[r])) == {r: (0, "")}
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("snap-")) == [".lock", "latest"]
+    assert [et.checkpoint_load_ranked(tmp_path, r)[2] for r in range(2)] == [b'{"step": 3}'] * 2
+
+
+def test_a_waiting_save_a_rank_never_joins_fails_and_keeps_latest(tmp_path):
+    # ENKAI_CKPT_RANKED_WAIT=1: the save waits for its round's commit, bounded.
+    assert outcomes(ranks_save(tmp_path, 2, 1, ENKAI_CKPT_RANKED_WAIT=1)) == {0: (0, ""), 1: (0, "")}
+    start = time.monotonic()
+    ((rc, out),) = outcomes(ranks_save(tmp_path, 2, 2, ranks=[0], ENKAI_DIST_TIMEOUT_S=1, ENKAI_CKPT_RANKED_WAIT=1)).values()
+    assert rc == 3 and out.startswith("E_CKPT_INCOMPLETE") and "[1]" in out, out
+    assert time.monotonic() - start < 30
+    for r in range(2):
+        assert et.checkpoint_load_ranked(tmp_path, r)[2] == b'{"step": 1}'
     (pending,) = [p for p in tmp_path.iterdir() if p.name.startswith(".round-")]
     assert not (pending / "rank0").exists()  # the failed save withdrew its shard
-    # the next complete round commits and sweeps the abandoned one
-    assert outcomes(ranks_save(tmp_path, 2, 3)) == {0: (0, ""), 1: (0, "")}
+    assert outcomes(ranks_save(tmp_path, 2, 3, ENKAI_CKPT_RANKED_WAIT=1)) == {0: (0, ""), 1: (0, "")}
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("snap-")) == [".lock", "latest"]
     assert et.checkpoint_load_ranked(tmp_path, 1)[2] == b'{"step": 3}'
+    ((rc, out),) = outcomes(ranks_save(tmp_path, 2, 4, ranks=[0], ENKAI_CKPT_RANKED_WAIT="yes")).values()
+    assert rc == 3 and out.startswith("E_INVALID_ARG") and "ENKAI_CKPT_RANKED_WAIT" in out, out
 
 
 def test_a_checkpoint_carries_the_generator_state(tmp_path):
@@ -366,20 +414,29 @@ def test_ranked_saves_keep_the_grad_scaler(tmp_path):
 
 def test_a_dead_writers_shard_never_completes_a_round(tmp_path):
     assert outcomes(ranks_save(tmp_path, 2, 1)) == {0: (0, ""), 1: (0, "")}
-    (victim,) = ranks_save(tmp_path, 2, 2, ranks=[1]).values()
+    # a waiting writer that died after its shard was in never completes the round
+    (victim,) = ranks_save(tmp_path, 2, 2, ranks=[1], ENKAI_CKPT_RANKED_WAIT=1).values()
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob(".round-*/rank1")):  # its shard is in; it waits for rank 0
         assert time.monotonic() < deadline and victim.poll() is None
         time.sleep(0.01)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    # rank 0 alone must not complete the round with the dead rank's shard
-    ((rc, out),) = outcomes(ranks_save(tmp_path, 2, 2, ranks=[0], ENKAI_DIST_TIMEOUT_S=1)).values()
+    ((rc, out),) = outcomes(ranks_save(tmp_path, 2, 2, ranks=[0], ENKAI_DIST_TIMEOUT_S=1, ENKAI_CKPT_RANKED_WAIT=1)).values()
     assert rc == 3 and out.startswith("E_CKPT_INCOMPLETE"), out
     assert et.checkpoint_load_ranked(tmp_path, 0)[2] == b'{"step": 1}'
-    # the restarted attempt completes it with fresh shards
+    # a writer that dies while writing leaves a staging directory, never a shard
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    staged = tmp_path / f".staging-rank1-{dead.pid}-1"
+    staged.mkdir()
+    (staged / "params.safetensors").write_bytes(b"\0" * 100)
+    assert outcomes(ranks_save(tmp_path, 2, 2, ranks=[0])) == {0: (0, "")}
+    assert [et.checkpoint_load_ranked(tmp_path, r)[2] for r in range(2)] == [b'{"step": 1}'] * 2
+    # the restarted attempt completes the round and sweeps the staging directory
     assert outcomes(ranks_save(tmp_path, 2, 2)) == {0: (0, ""), 1: (0, "")}
     assert [et.checkpoint_load_ranked(tmp_path, r)[2] for r in range(2)] == [b'{"step": 2}'] * 2
+    assert not staged.exists()
 
 
 def test_sigkill_at_random_moments_never_loses_the_checkpoint(tmp_path):

@@ -14,12 +14,17 @@
 //!   fsyncs its shard, rank 0 gathers every rank's file hashes, writes the
 //!   manifest and switches `latest`, and the outcome goes back to every rank,
 //!   so all return after the commit with the same result.
-//! - Without one, ranks meet through the file system (one host): the rank
-//!   that completes the round commits it, and every save waits until its
-//!   round is committed. After the timeout (`ENKAI_DIST_TIMEOUT_S`, default
-//!   1800 s) a save withdraws its shard and fails with `E_CKPT_INCOMPLETE`.
-//!   A shard whose writer died before the commit never completes a round: its
-//!   save never returned, and a restarted attempt writes a new one.
+//! - Without one, ranks meet through the file system (one host), and a save
+//!   returns once its own shard is durable: the save that puts the last
+//!   shard of a round in place commits it, under the directory lock. A rank
+//!   that saves again before its round completes replaces its shard there (a
+//!   round takes each rank's newest shard), so one process may save every
+//!   rank in turn. A round that never completes is never `latest`; the next
+//!   commit sweeps it. With `ENKAI_CKPT_RANKED_WAIT=1` (opt-in) a save also
+//!   waits until its round is committed, and after `ENKAI_DIST_TIMEOUT_S`
+//!   (default 1800 s) withdraws its shard and fails with `E_CKPT_INCOMPLETE`;
+//!   a waiting writer that died never completes a round (its save never
+//!   returned, and a restarted attempt writes a new shard).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -220,35 +225,73 @@ fn decide(dir: &Path, world: i64, reports: &[Vec<u8>], partition: &Partition) ->
     committed
 }
 
+/// Whether saves without a group wait for their round's commit: opt-in,
+/// with `ENKAI_CKPT_RANKED_WAIT=1` (ranks in separate processes that must not
+/// run ahead of each other).
+fn waits() -> Result<bool> {
+    match std::env::var("ENKAI_CKPT_RANKED_WAIT").ok().as_deref() {
+        None | Some("" | "0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => crate::bail!(E_INVALID_ARG, "ENKAI_CKPT_RANKED_WAIT={v:?} is neither 0 nor 1"),
+    }
+}
+
+/// The owner file of rank `r`'s shard in a pending round: the writer's pid,
+/// and `wait` when that writer waits for the commit.
+fn owner_file(pending: &Path, r: i64) -> PathBuf {
+    pending.join(format!(".owner-rank{r}"))
+}
+
 fn save_through_files(dir: &Path, rank: i64, world: i64, (params, opt, scaler, meta): What) -> Result<()> {
     let (plan, partition) = gather(params, opt, scaler, meta.as_bytes())?;
-    let timeout = dist::rendezvous::timeout(&dist::rendezvous::ProcessEnv, 0.0)?;
-    let round = next_round(dir)?;
-    let pending = round_dir(dir, round);
-    std::fs::create_dir_all(&pending).map_err(|e| io_err("create", &pending, e))?;
-    let owner = pending.join(format!(".owner-rank{rank}"));
-    fsutil::write_synced(&owner, std::process::id().to_string().as_bytes())?;
-    let joined = write_shard(&pending, rank, &plan).and_then(|_| {
+    let wait = waits()?.then(|| dist::rendezvous::timeout(&dist::rendezvous::ProcessEnv, 0.0)).transpose()?;
+    // The shard is written and synced outside the lock (ranks write at once);
+    // its round is chosen when it is put in place, under the lock, so a shard
+    // never lands in a round that was committed meanwhile.
+    let staged = fsutil::staging(dir, &format!("rank{rank}"))?;
+    let placed = write_files(&staged, &plan).and_then(|_| {
         let _lock = fsutil::DirLock::take(dir)?;
-        try_complete(dir, &pending, round, world, &partition)
+        let round = next_round(dir)?;
+        let pending = round_dir(dir, round);
+        std::fs::create_dir_all(&pending).map_err(|e| io_err("create", &pending, e))?;
+        let shard = pending.join(format!("rank{rank}"));
+        if shard.exists() {
+            // This rank saved again before the round completed: the round takes its newest shard.
+            std::fs::remove_dir_all(&shard).map_err(|e| io_err("replace", &shard, e))?;
+        }
+        let owner = format!("{}{}", std::process::id(), if wait.is_some() { " wait" } else { "" });
+        fsutil::write_synced(&owner_file(&pending, rank), owner.as_bytes())?;
+        std::fs::rename(&staged, &shard).map_err(|e| io_err("rename", &staged, e))?;
+        fsutil::fsync_dir(&pending)?;
+        try_complete(dir, &pending, round, world, &partition)?;
+        Ok((round, pending))
     });
-    if let Err(e) = joined {
-        let _ = std::fs::remove_file(&owner);
-        return Err(e);
+    let (round, pending) = placed.inspect_err(|_| drop(std::fs::remove_dir_all(&staged)))?;
+    match wait {
+        Some(timeout) => wait_for_commit(dir, &pending, round, rank, world, timeout),
+        None => Ok(()),
     }
-    wait_for_commit(dir, &pending, round, rank, world, timeout)
 }
 
-/// Whether `r`'s shard is in and its writer still waits for the commit.
+/// Whether rank `r`'s shard counts towards its round: it is in place, and
+/// its writer, if it waits for the commit, is still alive (a waiting save
+/// that died never returned, and a restarted attempt writes a new shard).
 fn shard_live(pending: &Path, r: i64) -> bool {
-    let pid = std::fs::read_to_string(pending.join(format!(".owner-rank{r}"))).ok().and_then(|p| p.trim().parse::<i32>().ok());
+    if !pending.join(format!("rank{r}")).is_dir() {
+        return false;
+    }
+    let owner = std::fs::read_to_string(owner_file(pending, r)).unwrap_or_default();
+    let mut words = owner.split_whitespace();
+    let pid = words.next().and_then(|p| p.parse::<i32>().ok());
+    if words.next() != Some("wait") {
+        return true;
+    }
     // SAFETY: signal 0 only asks whether the process exists.
-    let alive = pid.is_some_and(|p| p == std::process::id() as i32 || unsafe { libc::kill(p, 0) } == 0);
-    alive && pending.join(format!("rank{r}")).is_dir()
+    pid.is_some_and(|p| p == std::process::id() as i32 || unsafe { libc::kill(p, 0) } == 0)
 }
 
-/// Commits the round when every rank's shard is in; a shard whose writer
-/// died is dropped. Called with the directory lock held.
+/// Commits the round when every rank's shard is in; a shard whose waiting
+/// writer died is dropped. Called with the directory lock held.
 fn try_complete(dir: &Path, pending: &Path, round: u64, world: i64, partition: &Partition) -> Result<()> {
     if !pending.is_dir() || committed_round(dir) >= round {
         return Ok(());
@@ -284,7 +327,7 @@ fn wait_for_commit(dir: &Path, pending: &Path, round: u64, rank: i64, world: i64
             }
             let missing: Vec<i64> = (0..world).filter(|&r| !shard_live(pending, r)).collect();
             let _ = std::fs::remove_dir_all(pending.join(format!("rank{rank}")));
-            let _ = std::fs::remove_file(pending.join(format!(".owner-rank{rank}")));
+            let _ = std::fs::remove_file(owner_file(pending, rank));
             crate::bail!(
                 E_CKPT_INCOMPLETE,
                 "round {round} in {}: rank(s) {missing:?} did not save within {:.1} s; this rank's shard was withdrawn and nothing was committed",
