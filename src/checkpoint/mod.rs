@@ -167,8 +167,7 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Par
 /// Writes the planned files and their integrity.json into `dir`, each synced;
 /// hashes are computed on the bytes as they are written.
 fn write_files(dir: &Path, plan: &Plan) -> Result<BTreeMap<String, String>> {
-    let mut hashes = BTreeMap::new();
-    for (name, content) in plan {
+    let write = |name: &String, content: &Content| -> Result<String> {
         let path = dir.join(name);
         let mut w = fsutil::HashingFile::create(&path)?;
         match content {
@@ -180,7 +179,17 @@ fn write_files(dir: &Path, plan: &Plan) -> Result<BTreeMap<String, String>> {
                 }
             }
         }
-        hashes.insert(name.clone(), w.finish()?);
+        w.finish()
+    };
+    // One thread per file: SHA-256 is one sequential stream per file, so the
+    // params and the optimizer's moments are hashed (and written) at once.
+    let hashed: Vec<Result<String>> = std::thread::scope(|s| {
+        let threads: Vec<_> = plan.iter().map(|(name, content)| s.spawn(move || write(name, content))).collect();
+        threads.into_iter().map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    let mut hashes = BTreeMap::new();
+    for ((name, _), h) in plan.iter().zip(hashed) {
+        hashes.insert(name.clone(), h?);
     }
     let integrity = json!({"format": FORMAT, "files": hashes});
     fsutil::write_synced(&dir.join(INTEGRITY), integrity.to_string().as_bytes())?;
