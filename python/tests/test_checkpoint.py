@@ -380,6 +380,28 @@ def test_a_waiting_save_a_rank_never_joins_fails_and_keeps_latest(tmp_path):
     assert rc == 3 and out.startswith("E_INVALID_ARG") and "ENKAI_CKPT_RANKED_WAIT" in out, out
 
 
+def test_the_first_ranked_format_still_loads(tmp_path):
+    # fixtures/ranked-v1: written before replicated tensors were written once
+    # (fixtures/make_ranked_v1.py): rank r saved [full([2,3], 1.5), [r, r]] with
+    # AdamW(lr=0.1) after one step on the loss sum(p*p). Resumed, the next step
+    # equals torch.optim.AdamW's second step from the same start.
+    import shutil
+    shutil.copytree(Path(__file__).with_name("fixtures") / "ranked-v1", tmp_path / "ckpt", symlinks=True)
+    assert json.loads((tmp_path / "ckpt" / "latest" / "manifest.json").read_text())["format"] == 1
+    ref = torch.full([2, 3], 1.5, requires_grad=True)
+    topt = torch.optim.AdamW([ref], lr=0.1)
+    for _ in range(2):
+        topt.zero_grad()
+        (ref * ref).sum().backward()
+        topt.step()
+    for r in range(2):
+        (p, ids), opt, meta = et.checkpoint_load_ranked(tmp_path / "ckpt", r)
+        assert json.loads(meta) == {"rank": r} and to_torch(ids).tolist() == [r, r]
+        (p * p).sum().backward()
+        opt.step()
+        same(p, ref.detach())
+
+
 def test_a_checkpoint_carries_the_generator_state(tmp_path):
     # A resumed run must draw what the uninterrupted one draws after the save
     # (dropout masks, fresh randn): load restores the CPU generator's state.

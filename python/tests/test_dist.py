@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 import enkai_tensor as et
 import enkai_tensor.dist as dist
@@ -153,6 +154,44 @@ def test_ranked_checkpoints_commit_through_the_group(tmp_path):
     manifest = json.loads((tmp_path / "latest" / "manifest.json").read_text())
     assert manifest["world"] == 3 and sorted(manifest["ranks"]) == ["0", "1", "2"]
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("snap-")) == [".lock", "latest"]
+
+
+def test_replicated_tensors_are_written_once_and_load_collectively(tmp_path):
+    out = finish(spawn(3, [sys.executable, str(HERE / "dist_worker.py"), "replicas"], CKPT_DIR=tmp_path))
+    for rank, (rc, o, e) in enumerate(out):
+        assert rc == 0 and events(o)[-1]["ok"], f"rank {rank}:\n{o}\n{e}"
+    snap = tmp_path / "latest"
+    manifest = json.loads((snap / "manifest.json").read_text())
+    rep = manifest["replicated"]
+    assert manifest["format"] == 2
+    # the params and both moments alike on every rank; not the rank-specific param_3
+    names = [(t["file"], t["name"]) for t in rep["tensors"]]
+    assert names == [("params.safetensors", f"param_{i}") for i in range(3)] + \
+        [("optimizer.safetensors", f"{m}.{i}") for i in range(2) for m in ["exp_avg", "exp_avg_sq"]]
+    total = sum(t["nbytes"] for t in rep["tensors"])
+    assert total == 4 * (1000 + 231) * 3 + 2 * 5
+    sizes = [(snap / f"rank{r}" / "replicated.bin").stat().st_size for r in range(3)]
+    assert sum(sizes) == total and max(sizes) - min(sizes) <= 1
+    assert rep["pieces"] == [[total * r // 3, total * (r + 1) // 3] for r in range(3)]
+    for r in range(3):  # each rank's params file keeps only what is its own
+        assert list(load_file(snap / f"rank{r}" / "params.safetensors")) == ["param_3"]
+    # without a group, one process loads every rank, verifying every piece itself
+    for r in range(3):
+        ps, opt, meta = et.checkpoint_load_ranked(tmp_path, r)
+        assert json.loads(meta) == {"rank": r} and ps[3].tolist() == [r] * 3 and opt is not None
+    first = et.checkpoint_load_ranked(tmp_path, 0)[0]
+    assert all(a.tolist() == b.tolist() for a, b in zip(first[:3], et.checkpoint_load_ranked(tmp_path, 2)[0][:3]))
+    # a damaged piece: every rank's collective load fails with the hash mismatch
+    piece = snap / "rank1" / "replicated.bin"
+    data = bytearray(piece.read_bytes())
+    data[len(data) // 2] ^= 1
+    piece.write_bytes(bytes(data))
+    out = finish(spawn(3, [sys.executable, str(HERE / "dist_worker.py"), "replicas"], CKPT_DIR=tmp_path, LOAD_ONLY=1))
+    for rank, (rc, o, e) in enumerate(out):
+        assert rc == 0 and events(o)[-1]["code"] == "E_CKPT_HASH_MISMATCH", f"rank {rank}:\n{o}\n{e}"
+    with pytest.raises(et.EnkaiError) as ex:
+        et.checkpoint_load_ranked(tmp_path, 0)
+    assert ex.value.code == "E_CKPT_HASH_MISMATCH" and "rank1/replicated.bin" in str(ex.value)
 
 
 # --- failures become errors, never hangs ------------------------------------------------------

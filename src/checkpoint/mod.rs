@@ -34,6 +34,9 @@ const META: &str = "meta.json";
 const RNG: &str = "rng.safetensors";
 const INTEGRITY: &str = "integrity.json";
 const MANIFEST: &str = "manifest.json";
+/// A rank's piece of the tensors every rank of a ranked save held alike
+/// (listed in the manifest), read by `ranked`, never with the shard's files.
+const REPLICATED: &str = "replicated.bin";
 
 /// A checkpoint directory argument: never empty (an empty path would mean the
 /// working directory to some calls and nothing to others).
@@ -69,16 +72,20 @@ fn bytes_of<'f>(files: &'f Files, name: &str) -> Option<&'f [u8]> {
     }
 }
 
-/// A file to write: plain bytes, or a safetensors header followed by the
-/// tensors' bytes streamed straight from their storage (no staging copy).
+/// A file to write: plain bytes, a safetensors file whose header is built
+/// when it is written and whose tensors' bytes are streamed straight from
+/// their storage (no staging copy), or bytes `[begin, end)` of the
+/// concatenation of some tensors' bytes (a rank's piece of the replicated
+/// tensors of a ranked save).
 enum Content {
     Bytes(Vec<u8>),
-    Tensors(Vec<u8>, Vec<imp::Raw>),
+    Tensors(Vec<(String, imp::Raw)>, BTreeMap<String, String>),
+    Range(Vec<imp::Raw>, u64, u64),
 }
 
 type Plan = BTreeMap<String, Content>;
 
-fn tensors_file(named: Vec<(String, imp::Raw)>, metadata: &BTreeMap<String, String>) -> Result<Content> {
+fn tensors_file(named: Vec<(String, imp::Raw)>, metadata: BTreeMap<String, String>) -> Result<Content> {
     // An upper bound of the header's JSON, before any of it is built: a loader
     // refuses headers over MAX_HEADER, so a save must not write one.
     let mut estimate = metadata.iter().map(|(k, v)| k.len() + 2 * v.len() + 8).sum::<usize>();
@@ -93,13 +100,18 @@ fn tensors_file(named: Vec<(String, imp::Raw)>, metadata: &BTreeMap<String, Stri
             );
         }
     }
+    Ok(Content::Tensors(named, metadata))
+}
+
+/// The safetensors header of `named` (in order) with `metadata`.
+fn header_of(named: &[(String, imp::Raw)], metadata: &BTreeMap<String, String>) -> Result<Vec<u8>> {
     let mut specs = Vec::with_capacity(named.len());
-    for (name, t) in &named {
+    for (name, t) in named {
         let (dtype, shape) = (imp::dtype(t)?, imp::shape(t));
         let nbytes = tensor::numel_of(&shape)? * dtype.size();
         specs.push(safetensors::Spec { name: name.clone(), dtype, shape, nbytes });
     }
-    Ok(Content::Tensors(safetensors::header(&specs, metadata), named.into_iter().map(|(_, t)| t).collect()))
+    Ok(safetensors::header(&specs, metadata))
 }
 
 /// A sharded optimizer's partition: `{"world": W, "owners": [owner of each saved param, −1 if none]}`.
@@ -121,7 +133,7 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Par
     m.insert("requires_grad".into(), json!(grads).to_string());
     m.insert("devices".into(), json!(devices).to_string());
     let mut plan = Plan::new();
-    plan.insert(PARAMS.into(), tensors_file(named, &m)?);
+    plan.insert(PARAMS.into(), tensors_file(named, m)?);
     let mut partition = None;
     if opt != 0 {
         let ex = optim::export(opt, &hs)?;
@@ -145,7 +157,7 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Par
         if let Some(p) = &partition {
             m.insert("shard".into(), p.to_string());
         }
-        plan.insert(OPTIMIZER.into(), tensors_file(named, &m)?);
+        plan.insert(OPTIMIZER.into(), tensors_file(named, m)?);
     }
     if scaler != 0 {
         let s = amp::scaler_export(scaler)?;
@@ -158,7 +170,7 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Par
         let states = RNG_KEYS.iter().filter(|(_, b)| b.is_built()).map(|(k, b)| Ok(((*k).into(), imp::rng_state(*b)?))).collect::<Result<_>>()?;
         let mut m = BTreeMap::new();
         m.insert("format".into(), "enkai-rng-1".into());
-        plan.insert(RNG.into(), tensors_file(states, &m)?);
+        plan.insert(RNG.into(), tensors_file(states, m)?);
     }
     plan.insert(META.into(), Content::Bytes(meta.to_vec()));
     Ok((plan, partition))
@@ -172,10 +184,24 @@ fn write_files(dir: &Path, plan: &Plan) -> Result<BTreeMap<String, String>> {
         let mut w = fsutil::HashingFile::create(&path)?;
         match content {
             Content::Bytes(b) => w.write(b)?,
-            Content::Tensors(header, tensors) => {
-                w.write(header)?;
-                for t in tensors {
+            Content::Tensors(named, metadata) => {
+                w.write(&header_of(named, metadata)?)?;
+                for (_, t) in named {
                     imp::with_bytes(t, |b| w.write(b))?;
+                }
+            }
+            Content::Range(tensors, begin, end) => {
+                let mut at = 0u64; // where the next tensor starts in the concatenation
+                for t in tensors {
+                    imp::with_bytes(t, |b| {
+                        let start = at;
+                        at += b.len() as u64;
+                        let (from, to) = ((*begin).clamp(start, at) - start, (*end).clamp(start, at) - start);
+                        if from < to {
+                            w.write(&b[from as usize..to as usize])?;
+                        }
+                        Ok(())
+                    })?;
                 }
             }
         }
@@ -235,6 +261,7 @@ fn read_verified(dir: &Path, expected: Option<&BTreeMap<String, String>>, only: 
             crate::bail!(E_CKPT_HASH_MISMATCH, "{} does not match the manifest", ipath.display());
         }
     }
+    hashes.remove(REPLICATED);
     match only {
         // An optional file (scaler.json, another rank's moments) that was not saved.
         Some(name) if !hashes.contains_key(name) => crate::bail!(E_CKPT_MISSING, "{} has no {name}", dir.display()),
