@@ -183,6 +183,14 @@ pub unsafe extern "C" fn enkai_checkpoint_load_ranked_scaler(dir: *const c_char,
 /// Loads rank `rank`'s shard of the latest ranked snapshot of `dir`, verified
 /// against both `manifest.json` and its own integrity.json; outputs and errors
 /// as `enkai_checkpoint_load`, plus `E_CKPT_MISSING` naming a missing rank.
+/// Tensors that every rank held alike when the round was saved through a
+/// process group were written once, in pieces (`rank{r}/replicated.bin`);
+/// they load like the rest. With a process group the call is collective
+/// (every rank calls it, as for the save): each rank verifies the SHA-256 of
+/// its share of the pieces and checks its bytes of the others against their
+/// verifier's; a damaged piece is every rank's `E_CKPT_HASH_MISMATCH`, and a
+/// rank that never calls makes the others fail with the group's `E_DIST_*`
+/// timeout. Without a group every piece is verified by the caller.
 ///
 /// # Safety
 /// As `enkai_checkpoint_load`.
