@@ -380,6 +380,25 @@ def test_a_waiting_save_a_rank_never_joins_fails_and_keeps_latest(tmp_path):
     assert rc == 3 and out.startswith("E_INVALID_ARG") and "ENKAI_CKPT_RANKED_WAIT" in out, out
 
 
+def test_a_save_makes_room_first_and_keeps_the_newest(tmp_path, monkeypatch):
+    # ENKAI_CKPT_KEEP=3: a save removes what its commit would prune before it
+    # writes (while it writes, the 2 newest remain), so the directory never
+    # holds 4 snapshots; with a keep of 1 the old one goes only after the new one is in.
+    monkeypatch.setenv("ENKAI_CKPT_KEEP", "3")
+    snaps = lambda: sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("snap-"))  # noqa: E731
+    p = et.ones([3])
+    for k in range(1, 6):
+        et.checkpoint_save(tmp_path, [p * k], None, '{"k": %d}' % k)
+        assert snaps() == [f"snap-{n:06d}" for n in range(max(1, k - 2), k + 1)]
+        assert json.loads(et.checkpoint_load(tmp_path)[2]) == {"k": k}
+    with pytest.raises(et.EnkaiError):  # fails before anything is touched
+        et.checkpoint_save(tmp_path, [123456789], None, "{}")
+    assert snaps() == ["snap-000003", "snap-000004", "snap-000005"]
+    monkeypatch.setenv("ENKAI_CKPT_KEEP", "1")
+    et.checkpoint_save(tmp_path, [p * 6], None, '{"k": 6}')
+    assert snaps() == ["snap-000006"] and json.loads(et.checkpoint_load(tmp_path)[2]) == {"k": 6}
+
+
 def test_the_first_ranked_format_still_loads(tmp_path):
     # fixtures/ranked-v1: written before replicated tensors were written once
     # (fixtures/make_ranked_v1.py): rank r saved [full([2,3], 1.5), [r, r]] with

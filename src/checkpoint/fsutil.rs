@@ -282,8 +282,28 @@ fn keep() -> u64 {
     std::env::var("ENKAI_CKPT_KEEP").ok().and_then(|v| v.parse().ok()).filter(|k| *k >= 1).unwrap_or(2)
 }
 
-fn prune(dir: &Path, newest: u64) -> Result<()> {
+/// Before a save writes: removes the snapshots its commit would prune (all
+/// but the newest `keep - 1`), so the new one is written into the room (disk
+/// and page cache) they leave, and the directory never holds `keep + 1`
+/// snapshots. With `keep` = 1 nothing goes before the commit: the newest
+/// snapshot always stays until a newer one is in. Takes the directory lock.
+pub fn make_room(dir: &Path) -> Result<()> {
     let keep = keep();
+    if keep < 2 || !dir.is_dir() {
+        return Ok(());
+    }
+    let _lock = DirLock::take(dir)?;
+    match snapshots(dir)?.last() {
+        Some(&(newest, _)) => prune_keeping(dir, newest, keep - 1),
+        None => Ok(()),
+    }
+}
+
+fn prune(dir: &Path, newest: u64) -> Result<()> {
+    prune_keeping(dir, newest, keep())
+}
+
+fn prune_keeping(dir: &Path, newest: u64, keep: u64) -> Result<()> {
     for (n, path) in snapshots(dir)? {
         if n + keep <= newest {
             fs::remove_dir_all(&path).map_err(|e| io_err("remove", &path, e))?;

@@ -229,6 +229,7 @@ pub fn save(dir: &str, params: &str, opt: i64, scaler: i64, meta: &str) -> Resul
         crate::bail!(E_INVALID_ARG, "optimizer {opt} is sharded: each rank holds only its part of the state, so save it with enkai_checkpoint_save_ranked");
     }
     let dir = dir_arg(dir)?;
+    fsutil::make_room(dir)?;
     let staged = fsutil::staging(dir, "save")?;
     let written = write_files(&staged, &plan).and_then(|_| {
         let _lock = fsutil::DirLock::take(dir)?;

@@ -139,6 +139,7 @@ pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, sca
         }
     }
     std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+    fsutil::make_room(dir)?;
     match group {
         Some(_) => save_through_group(dir, rank, world, (params, opt, scaler, meta)),
         None => save_through_files(dir, rank, world, (params, opt, scaler, meta)),

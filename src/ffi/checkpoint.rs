@@ -46,8 +46,10 @@ impl<'a> LoadOut<'a> {
 /// dtypes, shapes and devices kept), the AdamW state of `opt` (0 for none;
 /// its params must be among `params`) and `meta_json` verbatim as a new
 /// snapshot of `dir`, written to a staging directory, fsynced, then made
-/// `latest` by an atomic rename; older snapshots beyond `ENKAI_CKPT_KEEP`
-/// (default 2) are deleted afterwards. Returns 0, or 1 with `E_NULL_POINTER`,
+/// `latest` by an atomic rename. The newest `ENKAI_CKPT_KEEP` snapshots
+/// (default 2) are kept: the older ones go before the new one is written (so
+/// it reuses their room; with a keep of 1 the previous one goes only after
+/// the new one is in), and a failed save leaves at least the newest. Returns 0, or 1 with `E_NULL_POINTER`,
 /// `E_INVALID_ARG`, `E_HANDLE_*`, `E_CKPT_IO`.
 ///
 /// # Safety
