@@ -29,42 +29,36 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     f.sync_all().map_err(|e| io_err("fsync", path, e))
 }
 
-/// Writes and reads at least this large hash on a second thread.
+/// Reads at least this large hash on a second thread.
 const PARALLEL_MIN: usize = 4 << 20;
 
-/// A new file whose SHA-256 is taken from the bytes as they are written.
-pub struct HashingFile<'a> {
-    file: File,
-    path: &'a Path,
-    hash: Sha256,
-}
+/// The bytes of a file to write, produced in order into a sink; called more
+/// than once (and from two threads), giving the same bytes each time.
+pub type Feed<'a> = dyn Fn(&mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> + Sync + 'a;
 
-impl<'a> HashingFile<'a> {
-    pub fn create(path: &'a Path) -> Result<Self> {
-        let file = File::create(path).map_err(|e| io_err("create", path, e))?;
-        Ok(HashingFile { file, path, hash: Sha256::new() })
-    }
-
-    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        let HashingFile { file, path, hash } = self;
-        if bytes.len() < PARALLEL_MIN {
-            hash.update(bytes);
-            return file.write_all(bytes).map_err(|e| io_err("write", path, e));
-        }
-        // SHA-256 (about 2 GB/s with SHA-NI) and the copy into the page cache
-        // each take a core: hashing on a second thread while this one writes
-        // makes a save cost the slower of the two, not their sum.
-        std::thread::scope(|s| {
-            s.spawn(|| hash.update(bytes));
-            file.write_all(bytes).map_err(|e| io_err("write", path, e))
-        })
-    }
-
-    /// Fsyncs the file and returns its hash in hex.
-    pub fn finish(self) -> Result<String> {
-        self.file.sync_all().map_err(|e| io_err("fsync", self.path, e))?;
-        Ok(hex(&self.hash.finalize()))
-    }
+/// Writes the file `feed` produces, fsyncs it, and returns its SHA-256 in
+/// hex. SHA-256 (about 2 GB/s with SHA-NI) and the copy into the page cache
+/// each take a core: the hash is taken on a second thread, in a pass of its
+/// own over the same bytes, so a save costs the slower of the two, and the
+/// hash goes on while the fsync waits for the disk.
+pub fn write_hashed(path: &Path, feed: &Feed) -> Result<String> {
+    std::thread::scope(|s| {
+        let hashing = s.spawn(|| -> Result<String> {
+            let mut hash = Sha256::new();
+            feed(&mut |b| {
+                hash.update(b);
+                Ok(())
+            })?;
+            Ok(hex(&hash.finalize()))
+        });
+        let written = (|| {
+            let mut file = File::create(path).map_err(|e| io_err("create", path, e))?;
+            feed(&mut |b| file.write_all(b).map_err(|e| io_err("write", path, e)))?;
+            file.sync_all().map_err(|e| io_err("fsync", path, e))
+        })();
+        let hash = hashing.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        written.and(hash)
+    })
 }
 
 /// A file read front to back with its SHA-256 taken on the way, so a reader

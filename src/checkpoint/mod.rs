@@ -176,36 +176,41 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Par
     Ok((plan, partition))
 }
 
+/// Gives `content`'s bytes to `sink` in order (`header`: its safetensors header).
+fn feed(content: &Content, header: &[u8], sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    match content {
+        Content::Bytes(b) => sink(b),
+        Content::Tensors(named, _) => {
+            sink(header)?;
+            named.iter().try_for_each(|(_, t)| imp::with_bytes(t, |b| sink(b)))
+        }
+        Content::Range(tensors, begin, end) => {
+            let mut at = 0u64; // where the next tensor starts in the concatenation
+            for t in tensors {
+                imp::with_bytes(t, |b| {
+                    let start = at;
+                    at += b.len() as u64;
+                    let (from, to) = ((*begin).clamp(start, at) - start, (*end).clamp(start, at) - start);
+                    if from < to {
+                        sink(&b[from as usize..to as usize])?;
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Writes the planned files and their integrity.json into `dir`, each synced;
-/// hashes are computed on the bytes as they are written.
+/// hashes are computed from the same bytes as they are written.
 fn write_files(dir: &Path, plan: &Plan) -> Result<BTreeMap<String, String>> {
     let write = |name: &String, content: &Content| -> Result<String> {
-        let path = dir.join(name);
-        let mut w = fsutil::HashingFile::create(&path)?;
-        match content {
-            Content::Bytes(b) => w.write(b)?,
-            Content::Tensors(named, metadata) => {
-                w.write(&header_of(named, metadata)?)?;
-                for (_, t) in named {
-                    imp::with_bytes(t, |b| w.write(b))?;
-                }
-            }
-            Content::Range(tensors, begin, end) => {
-                let mut at = 0u64; // where the next tensor starts in the concatenation
-                for t in tensors {
-                    imp::with_bytes(t, |b| {
-                        let start = at;
-                        at += b.len() as u64;
-                        let (from, to) = ((*begin).clamp(start, at) - start, (*end).clamp(start, at) - start);
-                        if from < to {
-                            w.write(&b[from as usize..to as usize])?;
-                        }
-                        Ok(())
-                    })?;
-                }
-            }
-        }
-        w.finish()
+        let header = match content {
+            Content::Tensors(named, metadata) => header_of(named, metadata)?,
+            _ => Vec::new(),
+        };
+        fsutil::write_hashed(&dir.join(name), &|sink| feed(content, &header, sink))
     };
     // One thread per file: SHA-256 is one sequential stream per file, so the
     // params and the optimizer's moments are hashed (and written) at once.

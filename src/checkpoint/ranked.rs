@@ -645,6 +645,9 @@ struct Replica {
 /// Each piece's XXH3-128 (hex) of the bytes a rank read.
 type Prints = Vec<(usize, String)>;
 
+/// A replicated tensor read back: its file, name and tensor.
+type ReadReplica = (String, String, imp::Raw);
+
 struct Replicas {
     tensors: Vec<Replica>,
     /// `[begin, end)` of each saved rank's piece.
@@ -655,7 +658,7 @@ struct Replicas {
 /// each piece's XXH3-128 is taken from the bytes read, and its SHA-256 too
 /// where `verifies(piece)`, checked against the manifest. Returns the
 /// tensors (file, name, tensor) and every piece's XXH3-128 in hex.
-fn read_replicated(saved: &Saved, replicas: &Replicas, verifies: impl Fn(usize) -> bool) -> Result<(Vec<(String, String, imp::Raw)>, Prints)> {
+fn read_replicated(saved: &Saved, replicas: &Replicas, verifies: impl Fn(usize) -> bool) -> Result<(Vec<ReadReplica>, Prints)> {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::FileExt;
     struct Piece {
