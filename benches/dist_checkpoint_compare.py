@@ -5,10 +5,14 @@ half), through enkai_checkpoint_save_ranked / load_ranked vs PyTorch's
 torch.distributed.checkpoint (dcp.save / dcp.load, FileSystemWriter with
 fsync) on the same state, in one run; best of 2 alternating rounds.
 
-Both sides hash nothing extra: ours computes SHA-256 of every byte (it is part
-of the format), DCP does not. DCP de-duplicates the replicated parameters
-(one rank writes them); ours writes every rank's shard whole, so that each is
-loadable on its own. MB/s counts the bytes each side actually wrote.
+Both sides write a replicated tensor once: DCP's planner de-duplicates by
+key, ours by content (XXH3-128 fingerprints exchanged through the group),
+each rank writing an even share. Ours also computes SHA-256 of every byte
+written and verifies it on load (part of the format: each rank hashes its
+share and checks the rest against its verifier); DCP hashes nothing. A load
+through our C ABI returns new tensors (fresh memory, first touched there);
+dcp.load fills the state dict's existing tensors in place. MB/s counts the
+bytes each side actually wrote.
 """
 
 import json
