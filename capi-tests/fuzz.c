@@ -815,7 +815,20 @@ OP(backend) {
     size_t len = 0;
     char **po = MAYBE_NULL(&out);
     size_t *pl = MAYBE_NULL(&len);
-    switch (below(4)) {
+    switch (below(5)) {
+    case 4: {
+        /* Grad mode: 0 and 1 set it and return the previous mode; anything else is refused. */
+        int mode = chance(80) ? (int)below(2) : (int)int_arg();
+        int before = enkai_is_grad_enabled();
+        CALL(enkai_set_grad_enabled); logcall("set_grad_enabled(%d)", mode);
+        int r = enkai_set_grad_enabled(mode);
+        outcome(r < 0);
+        if ((mode == 0 || mode == 1) ? r != before : r != -1) fail("set_grad_enabled(%d) returned %d (was %d)", mode, r, before);
+        CALL(enkai_is_grad_enabled);
+        if (enkai_is_grad_enabled() != (r < 0 ? before : mode)) fail("is_grad_enabled is not the mode just set");
+        expect_ok(); /* never fails; clears the error like every entry */
+        break;
+    }
     case 3: {
         /* Small valid counts keep the pool cheap; the rest must be refused. */
         int64_t n = chance(60) ? 1 + below(2) : int_arg();

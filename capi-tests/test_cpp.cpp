@@ -138,6 +138,19 @@ static void train(const enkai::Device& cpu) {
   std::printf("cpp: MLP loss %.4f -> %.4f over 60 steps (scale %.0f)\n", first, last, scaler.get_scale());
   CHECK(last < first * 0.5);
   CHECK(w1.grad().numel() == h * d);
+  {
+    enkai::NoGradGuard no_grad;  // inference: no graph, so nothing to run backward through
+    CHECK(!enkai::is_grad_enabled());
+    auto out = (w1 * 2.0).sum();
+    EnkaiErrorCode code = E_OK;
+    try {
+      out.backward();
+    } catch (const enkai::Error& e) {
+      code = e.code();
+    }
+    CHECK(code == E_AUTOGRAD);
+  }
+  CHECK(enkai::is_grad_enabled());
 }
 
 int main() {

@@ -335,6 +335,22 @@ int enkai_tensor_clip_grad_norm_multi(const char *grads,
                                       double *out_total);
 
 /**
+ * Turns gradient recording on (`enabled` = 1) or off (0) for the calling
+ * thread, as `torch.set_grad_enabled`: while it is off, ops record no graph
+ * on either backend, so their results do not require grad and hold no
+ * activations for a backward (inference); a backward of a graph recorded
+ * earlier still runs. Every thread starts with it on. Returns the previous
+ * mode (1 or 0), or -1 with `E_INVALID_ARG` when `enabled` is neither 0 nor 1.
+ */
+int enkai_set_grad_enabled(int enabled);
+
+/**
+ * 1 when gradient recording is on for the calling thread, else 0
+ * (`torch.is_grad_enabled()`). Never fails.
+ */
+int enkai_is_grad_enabled(void);
+
+/**
  * Writes the JSON array of backends this build contains (e.g. `["torch","cpu"]`)
  * to `*out` (malloc'ed, NUL-terminated; free with `enkai_tensor_string_free`)
  * and its length to `*out_len`. Returns 0, or 1 with `E_NULL_POINTER`.

@@ -472,6 +472,21 @@ class AutocastGuard {
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 };
 
+/// `torch::NoGradGuard`: no graph is recorded on this thread while it lives;
+/// the previous grad mode comes back when it goes out of scope.
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(enkai_set_grad_enabled(0)) {}
+  ~NoGradGuard() { enkai_set_grad_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  int prev_;
+};
+
+inline bool is_grad_enabled() { return enkai_is_grad_enabled() == 1; }
+
 inline void manual_seed(int64_t seed) { detail::check_status(enkai_tensor_manual_seed(seed)); }
 
 /// The TinyLM's parameters (see enkai_tensor_tinylm_init).

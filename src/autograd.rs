@@ -131,3 +131,18 @@ pub fn clip_grad_norm_multi(grads: &str, max_norm: f64, norm_type: f64) -> Resul
     let raws: Vec<&imp::Raw> = entries.iter().map(|(_, t)| &t.raw).collect();
     imp::clip_grad_norm(&raws, max_norm, norm_type)
 }
+
+/// Sets this thread's grad mode (`enabled` 0 or 1, as C passes a bool);
+/// returns the previous one.
+pub fn set_grad_enabled(enabled: i32) -> Result<bool> {
+    let on = match enabled {
+        0 => false,
+        1 => true,
+        _ => crate::bail!(E_INVALID_ARG, "set_grad_enabled: enabled must be 0 or 1, got {enabled}"),
+    };
+    Ok(imp::set_grad_enabled(on))
+}
+
+pub fn is_grad_enabled() -> bool {
+    imp::is_grad_enabled()
+}

@@ -8,6 +8,7 @@
 """
 
 import ctypes
+import functools
 import json
 import numbers
 import os
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EnkaiError", "Tensor", "Device", "device", "tensor", "from_dlpack", "randn", "zeros", "ones", "full", "from_bytes",
     "from_numpy", "ids_u32", "manual_seed", "set_num_threads", "get_num_threads", "backend_list", "backend_set", "backend_current",
+    "is_grad_enabled", "set_grad_enabled", "no_grad", "enable_grad",
     "live", "concat", "matmul", "softmax", "masked_softmax", "masked_softmax_backward", "layernorm",
     "layernorm_backward", "embedding", "linear", "cross_entropy", "dropout", "grad_multi",
     "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
@@ -762,6 +764,65 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int:
     return int(lib.enkai_get_num_threads())
+
+
+def is_grad_enabled() -> bool:
+    """`torch.is_grad_enabled()`: whether ops on this thread record a graph."""
+    return bool(lib.enkai_is_grad_enabled())
+
+
+def _set_grad(mode: bool) -> bool:
+    prev = lib.enkai_set_grad_enabled(int(bool(mode)))
+    if prev < 0:
+        _raise()
+    return bool(prev)
+
+
+class set_grad_enabled:
+    """`torch.set_grad_enabled(mode)`: sets this thread's grad mode at once;
+    used as `with et.set_grad_enabled(mode):` the previous mode comes back on exit."""
+
+    def __init__(self, mode: bool) -> None:
+        self.prev = _set_grad(mode)
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: Any) -> None:
+        _set_grad(self.prev)
+
+
+class _GradMode:
+    mode = True
+
+    def __enter__(self) -> None:
+        self.prev = _set_grad(self.mode)
+
+    def __exit__(self, *exc: Any) -> None:
+        _set_grad(self.prev)
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            prev = _set_grad(mode)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _set_grad(prev)
+        return wrapped
+
+
+class no_grad(_GradMode):
+    """`with et.no_grad():` (or `@et.no_grad()`), as `torch.no_grad`: ops
+    record no graph on this thread, so inference holds no activations."""
+    mode = False
+
+
+class enable_grad(_GradMode):
+    """`with et.enable_grad():`, as `torch.enable_grad`, inside a no_grad block."""
+    mode = True
 
 
 def backend_list() -> List[str]:

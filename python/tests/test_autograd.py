@@ -169,3 +169,58 @@ def test_gradients_meeting_at_a_node_sum_like_pytorch():
     loss_t.backward()
     same(ex.grad, tx.grad, kind="reduce")
     same(ew.grad, tw.grad, kind="reduce")
+
+
+def test_grad_mode_like_torch():
+    # torch.no_grad / enable_grad / set_grad_enabled: inside no_grad, ops on
+    # leaves that require grad record no graph (backward has nothing to run);
+    # a graph recorded before still runs; modes nest and come back on exit.
+    assert et.is_grad_enabled() and torch.is_grad_enabled()
+    (x, w), (ex, ew), (tx, tw) = leaves((4, 3), (3, 2))
+    kept_e, kept_t = (ex @ ew).relu().sum(), (tx @ tw).relu().sum()
+    with et.no_grad(), torch.no_grad():
+        assert not et.is_grad_enabled() and not torch.is_grad_enabled()
+        out_e, out_t = (ex @ ew).sigmoid().sum(), (tx @ tw).sigmoid().sum()
+        same(out_e, out_t, kind="reduce")
+        assert not out_t.requires_grad
+        with pytest.raises(et.EnkaiError) as ex_info:
+            out_e.backward()
+        assert ex_info.value.code == "E_AUTOGRAD"
+        kept_e.backward()  # recorded with grad on: runs as in torch
+        kept_t.backward()
+        with et.enable_grad(), torch.enable_grad():
+            assert et.is_grad_enabled()
+            (ex * ew.sum()).sum().backward()
+            (tx * tw.sum()).sum().backward()
+        assert not et.is_grad_enabled()
+    assert et.is_grad_enabled()
+    same(ew.grad, tw.grad, kind="reduce")
+    same(ex.grad, tx.grad, kind="reduce")
+    prev = et.set_grad_enabled(False)  # a call, as torch.set_grad_enabled(False)
+    assert not et.is_grad_enabled() and prev is not None
+    et.set_grad_enabled(True)
+    assert et.is_grad_enabled()
+
+    @et.no_grad()
+    def infer(a):
+        assert not et.is_grad_enabled()
+        return (a * 3).sum()
+
+    with pytest.raises(et.EnkaiError):
+        infer(ex).backward()
+    assert et.is_grad_enabled()
+
+
+def test_grad_mode_is_per_thread_and_checked():
+    import threading
+    seen = []
+    with et.no_grad():
+        t = threading.Thread(target=lambda: seen.append(et.is_grad_enabled()))
+        t.start()
+        t.join()
+        assert not et.is_grad_enabled()
+    assert seen == [True]  # as torch: each thread starts with grad on
+    lib = et.lib
+    assert lib.enkai_set_grad_enabled(2) == -1 and lib.enkai_tensor_last_error().startswith(b"E_INVALID_ARG")
+    assert et.is_grad_enabled()
+    assert lib.enkai_set_grad_enabled(0) == 1 and lib.enkai_set_grad_enabled(1) == 0

@@ -120,6 +120,18 @@ pub fn get_num_threads() -> Option<i64> {
     return Some(native::get_num_threads());
 }
 
+/// This thread's grad mode, as `torch.set_grad_enabled`: every built
+/// backend follows it; returns the previous mode.
+pub fn set_grad_enabled(on: bool) -> bool {
+    #[cfg(feature = "torch")]
+    torch::set_grad_enabled(on);
+    native::set_grad_enabled(on)
+}
+
+pub fn is_grad_enabled() -> bool {
+    native::is_grad_enabled()
+}
+
 /// Seeds every backend's generator (the ABI promises the active one's).
 pub fn manual_seed(seed: i64) -> Result<()> {
     #[cfg(feature = "torch")]

@@ -100,3 +100,21 @@ pub unsafe extern "C" fn enkai_tensor_clip_grad_norm_multi(
         Ok(())
     })
 }
+
+/// Turns gradient recording on (`enabled` = 1) or off (0) for the calling
+/// thread, as `torch.set_grad_enabled`: while it is off, ops record no graph
+/// on either backend, so their results do not require grad and hold no
+/// activations for a backward (inference); a backward of a graph recorded
+/// earlier still runs. Every thread starts with it on. Returns the previous
+/// mode (1 or 0), or -1 with `E_INVALID_ARG` when `enabled` is neither 0 nor 1.
+#[no_mangle]
+pub extern "C" fn enkai_set_grad_enabled(enabled: c_int) -> c_int {
+    super::guard_or(-1, || autograd::set_grad_enabled(enabled).map(c_int::from))
+}
+
+/// 1 when gradient recording is on for the calling thread, else 0
+/// (`torch.is_grad_enabled()`). Never fails.
+#[no_mangle]
+pub extern "C" fn enkai_is_grad_enabled() -> c_int {
+    guard(|| Ok(c_int::from(autograd::is_grad_enabled())))
+}

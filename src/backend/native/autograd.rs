@@ -62,6 +62,15 @@ thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
 }
 
+/// Sets this thread's grad mode, returning the previous one.
+pub fn set_grad_enabled(on: bool) -> bool {
+    GRAD_ENABLED.with(|g| g.replace(on))
+}
+
+pub fn is_grad_enabled() -> bool {
+    GRAD_ENABLED.with(Cell::get)
+}
+
 /// Disables recording on this thread until dropped (restores on unwind too).
 pub struct NoGrad(bool);
 

@@ -56,6 +56,8 @@ pub fn set_num_threads(n: i64) {
     par::set_threads(n as usize);
 }
 
+pub use autograd::{is_grad_enabled, set_grad_enabled};
+
 pub fn get_num_threads() -> i64 {
     par::threads() as i64
 }

@@ -16,6 +16,12 @@ pub fn set_num_threads(n: i64) {
     tch::set_num_threads(n as i32);
 }
 
+/// libtorch's thread-local grad mode (`torch.set_grad_enabled`).
+pub fn set_grad_enabled(on: bool) {
+    // SAFETY: a plain call into libtorch's C wrapper; it sets a thread-local flag.
+    unsafe { torch_sys::at_grad_set_enabled(i32::from(on)) };
+}
+
 pub fn get_num_threads() -> Option<i64> {
     Some(i64::from(tch::get_num_threads()))
 }
