@@ -1,5 +1,6 @@
 /* The Enkai runtime's view of the library: dlopen it, resolve every symbol
- * its training backend uses by name with the exact C signature of ABI.md,
+ * its training backend uses by name with the exact C signatures it declares
+ * (the header's, which must not change),
  * and run its step sequence for 50 steps on a tiny corpus. Loss must fall
  * and every live counter must return to its baseline after teardown. */
 #define _POSIX_C_SOURCE 200809L
@@ -47,7 +48,7 @@ static int (*ckpt_load_ranked)(const char *, int64_t, char **, size_t *, int64_t
 static int (*dist_init)(int32_t, int32_t);
 static int (*dist_allreduce_sum_multi)(const char *);
 static int (*dist_shutdown)(void);
-/* Used by the runtime's loop as well (not marked [client] in ABI.md). */
+/* Used by the runtime's loop as well (signatures the runtime does not pin). */
 static int (*autocast_enter)(void);
 static int (*autocast_exit)(void);
 static int64_t (*scale_loss)(int64_t, int64_t);

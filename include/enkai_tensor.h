@@ -803,9 +803,12 @@ int64_t enkai_tensor_live_opts(void);
 int64_t enkai_tensor_live_scalers(void);
 
 /**
- * Creates a TinyLM's parameters (pre-norm GPT, ABI order, `randn·0.02`
- * matrices from `seed`, norm weights 1, biases 0; fp32, requiring grad) on
- * `dev` and writes their handles as a JSON array to `*out` (free with
+ * Creates a TinyLM's parameters (pre-norm GPT, `randn·0.02` matrices from
+ * `seed`, norm weights 1, biases 0; fp32, requiring grad) on `dev` and
+ * writes their handles as a JSON array to `*out`, in this order:
+ * `tok_embed[V,D]`, `pos_embed[S,D]`, per layer `ln1_w, ln1_b, qkv_w[D,3D],
+ * qkv_b, proj_w[D,D], proj_b, ln2_w, ln2_b, mlp_w1[D,F], mlp_b1, mlp_w2[F,D],
+ * mlp_b2`, then `ln_f_w, ln_f_b, head_w[D,V], head_b[V]` (free with
  * `enkai_tensor_string_free`); the handles are owned by the caller.
  * Returns 0, or 1 with `E_INVALID_ARG`, `E_NULL_POINTER`, `E_HANDLE_*`, `E_DEVICE`.
  *

@@ -1,5 +1,6 @@
 //! The language-model helpers: a pre-norm GPT whose parameters are plain
-//! tensor handles in a fixed order (ABI.md), initialised and run here so a
+//! tensor handles in a fixed order (the header documents it at
+//! `enkai_tensor_tinylm_init`), initialised and run here so a
 //! client trains it with nothing but handles.
 //!
 //! Order: `tok_embed[V,D]`, `pos_embed[S,D]`, per layer `ln1_w, ln1_b,
@@ -69,7 +70,8 @@ impl LmSpec {
         .validate()
     }
 
-    /// Parses the spec JSON (keys in ABI.md; unknown keys are ignored so a
+    /// Parses the spec JSON (keys as the header documents them at
+    /// `enkai_tensor_lm_init`; unknown keys are ignored so a
     /// client may keep other settings in the same object).
     pub fn parse(text: &str) -> Result<LmSpec> {
         let bad = |why: String| crate::err!(E_INVALID_ARG, "lm spec: {why}");
@@ -236,7 +238,7 @@ fn dropout<O: GptOps>(o: &O, x: O::T, p: f64, training: bool) -> Result<O::T> {
     }
 }
 
-/// The logits `[batch, seq, vocab]` of the pre-norm GPT (ABI.md) on `ids [batch, seq]`.
+/// The logits `[batch, seq, vocab]` of the pre-norm GPT (module doc) on `ids [batch, seq]`.
 pub fn gpt_logits<O: GptOps>(o: &O, p: &[&O::T], spec: &LmSpec, ids: &O::T, training: bool) -> Result<O::T> {
     let size = o.shape(ids);
     let (b, s) = (size[0], size[1]);

@@ -1,4 +1,5 @@
-"""The pre-norm GPT of ABI.md written in PyTorch: the oracle for the LM helpers."""
+"""The pre-norm GPT of the LM helpers (parameter order at enkai_tensor_tinylm_init in
+the header) written in PyTorch: the oracle for the LM helpers."""
 
 import math
 
