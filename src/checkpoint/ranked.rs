@@ -139,7 +139,6 @@ pub fn save_ranked(dir: &str, rank: i64, world: i64, params: &str, opt: i64, sca
         }
     }
     std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
-    fsutil::make_room(dir)?;
     match group {
         Some(_) => save_through_group(dir, rank, world, (params, opt, scaler, meta)),
         None => save_through_files(dir, rank, world, (params, opt, scaler, meta)),
@@ -164,11 +163,12 @@ fn save_through_group(dir: &Path, rank: i64, world: i64, (params, opt, scaler, m
         Err(e) => json!({"error": e.to_string()}),
     };
     let reports = parse_reports(dist::exchange(call, report.to_string().as_bytes())?)?;
-    let (prints, mut plan, partition) = taken?;
+    let (_, mut plan, partition) = taken?;
     if let Some((r, e)) = reports.iter().enumerate().find_map(|(r, v)| v.get("error").and_then(Value::as_str).map(|e| (r, e))) {
         crate::bail!(E_CKPT_INCOMPLETE, "rank {r} could not save its shard ({e}); nothing was written");
     }
-    let replicated = split_replicas(&reports, &prints, &mut plan, rank, world)?;
+    let replicated = split_replicas(&reports, &mut plan, rank, world)?;
+    fsutil::make_room(dir)?;
     // 1. Every rank writes and fsyncs its shard (or records why it could not).
     let local = (|| -> Result<(u64, Value)> {
         let round = next_round(dir)?;
@@ -230,7 +230,7 @@ fn fingerprints(plan: &super::Plan) -> Result<Vec<Value>> {
 /// writes bytes `[T*rank/world, T*(rank+1)/world)` of their concatenation
 /// (T bytes) as `replicated.bin`, so a data-parallel run's state is written
 /// once, spread evenly over the ranks. Returns the manifest's table.
-fn split_replicas(reports: &[Value], mine: &[Value], plan: &mut super::Plan, rank: i64, world: i64) -> Result<Option<Value>> {
+fn split_replicas(reports: &[Value], plan: &mut super::Plan, rank: i64, world: i64) -> Result<Option<Value>> {
     let listed = |v: &Value| -> std::collections::HashSet<String> {
         v["tensors"].as_array().map(|a| a.iter().map(Value::to_string).collect()).unwrap_or_default()
     };
@@ -240,7 +240,6 @@ fn split_replicas(reports: &[Value], mine: &[Value], plan: &mut super::Plan, ran
     if shared.is_empty() {
         return Ok(None);
     }
-    debug_assert!(shared.iter().all(|t| mine.contains(t)));
     let key = |t: &Value| (t[0].as_str().unwrap_or_default().to_string(), t[1].as_str().unwrap_or_default().to_string());
     let wanted: std::collections::HashMap<(String, String), usize> = shared.iter().enumerate().map(|(i, t)| (key(t), i)).collect();
     let mut taken: Vec<Option<imp::Raw>> = (0..shared.len()).map(|_| None).collect();
@@ -334,6 +333,7 @@ fn owner_file(pending: &Path, r: i64) -> PathBuf {
 fn save_through_files(dir: &Path, rank: i64, world: i64, (params, opt, scaler, meta): What) -> Result<()> {
     let (plan, partition) = gather(params, opt, scaler, meta.as_bytes())?;
     let wait = waits()?.then(|| dist::rendezvous::timeout(&dist::rendezvous::ProcessEnv, 0.0)).transpose()?;
+    fsutil::make_room(dir)?;
     // The shard is written and synced outside the lock (ranks write at once);
     // its round is chosen when it is put in place, under the lock, so a shard
     // never lands in a round that was committed meanwhile.
