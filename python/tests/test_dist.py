@@ -181,6 +181,28 @@ def test_replicated_tensors_are_written_once_and_load_collectively(tmp_path):
         assert json.loads(meta) == {"rank": r} and ps[3].tolist() == [r] * 3 and opt is not None
     first = et.checkpoint_load_ranked(tmp_path, 0)[0]
     assert all(a.tolist() == b.tolist() for a, b in zip(first[:3], et.checkpoint_load_ranked(tmp_path, 2)[0][:3]))
+    # a manifest is untrusted input too: a table that does not tile the pieces
+    # exactly is a format error before anything is allocated
+    mpath = snap / "manifest.json"
+    good = mpath.read_text()
+    tampered = [
+        lambda m: m["replicated"]["tensors"][0].update(shape=[1 << 40, 1 << 30]),
+        lambda m: m["replicated"]["tensors"][1].update(offset=0),
+        lambda m: m["replicated"]["tensors"][0].update(dtype="complex64"),
+        lambda m: m["replicated"]["tensors"][0].update(file="../params.safetensors"),
+        lambda m: m["replicated"]["pieces"].pop(),
+        lambda m: m["replicated"]["pieces"][-1].__setitem__(1, 1 << 62),
+        lambda m: m["replicated"].update(tensors=7),
+        lambda m: m.update(format=3),
+    ]
+    for tamper in tampered:
+        m = json.loads(good)
+        tamper(m)
+        mpath.write_text(json.dumps(m))
+        with pytest.raises(et.EnkaiError) as ex:
+            et.checkpoint_load_ranked(tmp_path, 0)
+        assert ex.value.code == "E_CKPT_FORMAT", (m, str(ex.value))
+    mpath.write_text(good)
     # a damaged piece: every rank's collective load fails with the hash mismatch
     piece = snap / "rank1" / "replicated.bin"
     data = bytearray(piece.read_bytes())
