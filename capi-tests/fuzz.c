@@ -370,13 +370,21 @@ static int64_t cpu;
 
 /* Checkpoint directories: 0-2 take plain saves, 3-5 ranked ones; loads read any.
  * What the last successful save into each wrote, so that a load knows which
- * of the params it creates the restored optimizer holds. */
+ * of the params it creates the restored optimizer holds. A ranked save (no
+ * process group) returns once its shard is in the pending round, which
+ * commits when every rank of its world has a shard there: the model keeps
+ * the pending shards and the committed round's (worlds are at most 8 here:
+ * int_arg's valid ones). */
 #define N_DIRS 6
+#define MAX_RANKS 8
 typedef struct {
     int saved, n_params, has_opt, n_idx;
     int *idx; /* positions in the saved list of the optimizer's params */
 } ckpt_record_t;
-static ckpt_record_t ckpt_record[N_DIRS];
+static ckpt_record_t ckpt_record[N_DIRS];            /* plain directories: the latest save */
+static ckpt_record_t ckpt_rank[N_DIRS][MAX_RANKS];   /* ranked: the committed round's shards */
+static ckpt_record_t ckpt_pending[N_DIRS][MAX_RANKS];
+static int ckpt_world[N_DIRS];                       /* ranked: the committed round's world, 0 if none */
 static int ckpt_which = -1;
 
 static const char *ckpt_dir(int ranked) {
@@ -929,10 +937,17 @@ OP(lm) {
     }
 }
 
-/* A save of `list` with optimizer `opt` (0: none) succeeded into ckpt_which. */
-static void record_save(const char *list, int64_t opt) {
+static void clear_record(ckpt_record_t *r) {
+    free(r->idx);
+    memset(r, 0, sizeof *r);
+}
+
+/* A save of `list` with optimizer `opt` (0: none) succeeded into ckpt_which,
+ * as rank `rank` of `world` (a ranked save) or plainly (world 0). */
+static void record_save(const char *list, int64_t opt, int64_t rank, int64_t world) {
     if (ckpt_which < 0) fail("%s succeeded on a bad directory", current);
-    ckpt_record_t *r = &ckpt_record[ckpt_which];
+    if (world && (rank < 0 || rank >= world || world > MAX_RANKS)) fail("%s succeeded as rank %" PRId64 " of %" PRId64, current, rank, world);
+    ckpt_record_t *r = world ? &ckpt_pending[ckpt_which][rank] : &ckpt_record[ckpt_which];
     int64_t *hs = list_of(list, &r->n_params);
     r->saved = 1;
     r->has_opt = opt != 0;
@@ -953,12 +968,26 @@ static void record_save(const char *list, int64_t opt) {
         }
     }
     free(hs);
+    if (!world) return;
+    for (int k = 0; k < world; k++)
+        if (!ckpt_pending[ckpt_which][k].saved) return;
+    /* the round is complete: it is committed, and the pending round is gone */
+    for (int k = 0; k < MAX_RANKS; k++) {
+        clear_record(&ckpt_rank[ckpt_which][k]);
+        ckpt_rank[ckpt_which][k] = ckpt_pending[ckpt_which][k];
+        memset(&ckpt_pending[ckpt_which][k], 0, sizeof(ckpt_record_t));
+        if (k >= world) clear_record(&ckpt_rank[ckpt_which][k]);
+    }
+    ckpt_world[ckpt_which] = (int)world;
 }
 
-/* A load from ckpt_which succeeded: the new params, and the optimizer holding its share. */
-static void record_load(const char *params, int64_t opt) {
-    if (ckpt_which < 0 || !ckpt_record[ckpt_which].saved) fail("%s loaded from a directory never saved to", current);
-    ckpt_record_t *r = &ckpt_record[ckpt_which];
+/* A load from ckpt_which succeeded (as rank `rank`, or plainly when -1): the
+ * new params, and the optimizer holding its share. */
+static void record_load(const char *params, int64_t opt, int64_t rank) {
+    if (ckpt_which < 0) fail("%s loaded from a bad directory", current);
+    if (rank >= 0 && rank >= ckpt_world[ckpt_which]) fail("%s loaded rank %" PRId64 " of a committed world of %d", current, rank, ckpt_world[ckpt_which]);
+    ckpt_record_t *r = rank >= 0 ? &ckpt_rank[ckpt_which][rank] : &ckpt_record[ckpt_which];
+    if (!r->saved) fail("%s loaded from a directory never saved to", current);
     int n;
     int64_t *hs = list_of(params, &n);
     if (n != r->n_params) fail("%s loaded %d params, %d were saved", current, n, r->n_params);
@@ -1009,7 +1038,7 @@ OP(checkpoint) {
         }
         outcome(r != 0);
         if (r == 0) {
-            record_load(outp, oo);
+            record_load(outp, oo, ranked ? rank : -1);
             enkai_tensor_string_free(outp);
             enkai_tensor_string_free(outm);
         }
@@ -1022,7 +1051,7 @@ OP(checkpoint) {
     }
     /* a save */
     outcome(r != 0);
-    if (r == 0) record_save(l, o);
+    if (r == 0) record_save(l, o, rank, w >= 2 ? world : 0);
 }
 
 OP(dist) {
