@@ -58,6 +58,9 @@ def test_sharded_checkpoints_restore_and_reshard(saved, loaded, tmp_path):
     manifest = json.loads((ckpt / "latest" / "manifest.json").read_text())
     assert manifest["partition"]["world"] == saved and len(manifest["partition"]["owners"]) == 30
     assert set(manifest["partition"]["owners"]) == set(range(saved))
+    # the params, alike on every rank, were written once in pieces; each rank's moments are its own
+    assert manifest["format"] == 2 and len(manifest["replicated"]["pieces"]) == saved
+    assert {t["file"] for t in manifest["replicated"]["tensors"]} == {"params.safetensors"}
     second = run("second", loaded, tmp_path, CKPT_DIR=ckpt)
     straight = run("sharded", 2, tmp_path)
     # Moments are restored bit for bit (re-partitioned when the world changes) and
