@@ -16,7 +16,14 @@ WORKER = Path(__file__).resolve().parent / "ddp_worker.py"
 
 
 def train(mode, world, tmp_path):
-    results = finish(spawn(world, [sys.executable, str(WORKER), mode, str(tmp_path / f"{mode}-{{rank}}.pt")]), 120)
+    run = lambda: finish(spawn(world, [sys.executable, str(WORKER), mode, str(tmp_path / f"{mode}-{{rank}}.pt")]), 120)  # noqa: E731
+    results = run()
+    # The oracle, not the system under test: PyTorch's own DDP processes have
+    # been seen to abort in gloo's teardown under load ("terminate called
+    # without an active exception", SIGABRT); such a run of the oracle is
+    # repeated once. Our library's runs get no second chance.
+    if mode == "torch" and any(rc < 0 and "terminate called" in e for rc, _, e in results):
+        results = run()
     for rank, (rc, o, e) in enumerate(results):
         assert rc == 0, f"{mode} rank {rank}:\n{o}\n{e}"
     return [torch.load(tmp_path / f"{mode}-{r}.pt") for r in range(world)]
