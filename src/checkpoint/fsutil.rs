@@ -89,11 +89,7 @@ impl From<Error> for ReadErr {
 
 impl<'a> HashingReader<'a> {
     pub fn open(path: &'a Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing", path.display()),
-            _ => io_err("open", path, e),
-        })?;
-        let len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
+        let (file, len) = open_required(path)?;
         Ok(HashingReader { file, path, hash: Sha256::new(), len, pos: 0 })
     }
 
@@ -166,12 +162,23 @@ impl<'a> HashingReader<'a> {
     }
 }
 
-fn hex(digest: &[u8]) -> String {
+pub fn hex(digest: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub fn fsync_dir(path: &Path) -> Result<()> {
     File::open(path).and_then(|d| d.sync_all()).map_err(|e| io_err("fsync directory", path, e))
+}
+
+/// A file a checkpoint needs, opened for reading, with its length: absent is
+/// `E_CKPT_MISSING`, unreadable `E_CKPT_IO`.
+pub fn open_required(path: &Path) -> Result<(File, u64)> {
+    let file = File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing", path.display()),
+        _ => io_err("open", path, e),
+    })?;
+    let len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
+    Ok((file, len))
 }
 
 /// A file name from a manifest or link: one plain path component, nothing that climbs out.

@@ -603,12 +603,11 @@ pub fn load_ranked(dir: &str, rank: i64) -> Result<(Vec<i64>, i64, Vec<u8>)> {
             }
         }
     }
-    let (saved, files, _) = local?;
+    let (saved, mut files, _) = local?;
     let world = saved.world;
     let Some(new_world) = saved.resharding else {
         return restore(files, Sharding::AsSaved { rank });
     };
-    let mut files = files;
     if saved.manifest.get("partition").is_none() {
         // Not sharded: every rank saved the whole optimizer state.
         return restore(files, Sharding::AsSaved { rank });
@@ -672,11 +671,7 @@ fn read_replicated(saved: &Saved, replicas: &Replicas, verifies: impl Fn(usize) 
     let mut pieces = Vec::with_capacity(replicas.pieces.len());
     for (p, &(begin, end)) in replicas.pieces.iter().enumerate() {
         let path = saved.shard_dir(p as i64)?.join(REPLICATED);
-        let file = std::fs::File::open(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{} is missing", path.display()),
-            _ => io_err("open", &path, e),
-        })?;
-        let len = file.metadata().map_err(|e| io_err("stat", &path, e))?.len();
+        let (file, len) = fsutil::open_required(&path)?;
         if len != end - begin {
             crate::bail!(E_CKPT_HASH_MISMATCH, "{}: {len} bytes but the manifest records {}", path.display(), end - begin);
         }
@@ -703,7 +698,7 @@ fn read_replicated(saved: &Saved, replicas: &Replicas, verifies: impl Fn(usize) 
     let mut prints = Vec::with_capacity(pieces.len());
     for (p, piece) in pieces.into_iter().enumerate() {
         if let Some(sha) = piece.sha {
-            let got: String = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
+            let got = fsutil::hex(&sha.finalize());
             let want = saved.expected(p as i64)?.remove(REPLICATED);
             if want.as_deref() != Some(got.as_str()) {
                 crate::bail!(E_CKPT_HASH_MISMATCH, "{}: sha256 {got} but the manifest records {want:?}", piece.path.display());
