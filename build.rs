@@ -18,6 +18,7 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libenkai_tensor.so.{}", ABI_VERSION[0]);
     println!("cargo:rerun-if-changed=src/backend/torch/shim.cpp");
     println!("cargo:rerun-if-changed=src/backend/torch/dist_shim.cpp");
+    println!("cargo:rerun-if-changed=src/backend/torch/op_shim.cpp");
     println!("cargo:rerun-if-changed=src/backend/torch/shim_guard.h");
     println!("cargo:rerun-if-changed=src/backend/torch/gloo-decl");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else { return };
@@ -40,6 +41,7 @@ fn main() {
         .include("src/backend/torch/gloo-decl")
         .file("src/backend/torch/shim.cpp")
         .file("src/backend/torch/dist_shim.cpp")
+        .file("src/backend/torch/op_shim.cpp")
         .compile("enkai_shim");
     // After the shim, which calls into it: static libraries link in order.
     if let Some(dirs) = nccl {

@@ -1199,10 +1199,82 @@ typedef struct {
     int weight;
 } op_t;
 
+/* The op table's generic entry: names and parameter names come from
+ * enkai_op_schema() (read once), so the fuzzer's list grows with the table. */
+#define MAX_SCHEMA_NAMES 2048
+static char *schema_text;
+static const char *op_names[MAX_SCHEMA_NAMES], *param_names[MAX_SCHEMA_NAMES];
+static int n_op_names, n_param_names;
+
+/* Splits the schema's `"name":"..."` values, in place, into op names (an
+ * entry's name is followed by its "overload") and parameter names. */
+static void load_schema(void) {
+    EnkaiSlice s = enkai_op_schema();
+    if (!s.ptr) fail("enkai_op_schema failed: %s", enkai_tensor_last_error());
+    schema_text = malloc(s.len + 1);
+    memcpy(schema_text, s.ptr, s.len + 1);
+    enkai_free(s.ptr, s.len);
+    const char *key = "\"name\":\"";
+    for (char *p = strstr(schema_text, key); p; p = strstr(p, key)) {
+        p += strlen(key);
+        char *end = strchr(p, '"');
+        if (!end) break;
+        int is_op = strncmp(end, "\",\"overload\"", 12) == 0;
+        *end = 0;
+        if (is_op && n_op_names < MAX_SCHEMA_NAMES && (n_op_names == 0 || strcmp(op_names[n_op_names - 1], p) != 0))
+            op_names[n_op_names++] = p;
+        else if (!is_op && n_param_names < MAX_SCHEMA_NAMES)
+            param_names[n_param_names++] = p;
+        p = end + 1;
+    }
+    if (n_op_names == 0 || n_param_names == 0) fail("enkai_op_schema lists no op or no parameter");
+}
+
+static const char *op_kwargs(void) {
+    static char buf[4][256];
+    static int which;
+    char *b = buf[which++ & 3];
+    static const char *const values[] = {"1", "-1", "0", "2.5", "true", "false", "null", "[0]", "[-1, 0]", "\"tanh\"",
+                                         "\"fp32\"", "\"none\"", "-Infinity", "NaN", "1e308", "[]", "{}", "\"\""};
+    switch (below(6)) {
+    case 0: return NULL;
+    case 1: return "{}";
+    case 2: return hostile_string();
+    default: {
+        int n = below(3) + 1, off = snprintf(b, 256, "{");
+        for (int i = 0; i < n && n_param_names; i++)
+            off += snprintf(b + off, (size_t)(256 - off), "%s\"%s\": %s", i ? ", " : "",
+                            chance(90) ? param_names[below(n_param_names)] : "bogus", PICK(values));
+        snprintf(b + off, (size_t)(256 - off), "}");
+        return b;
+    }
+    }
+}
+
+OP(generic) {
+    if (chance(3)) {
+        CALL(enkai_op_schema); logcall("op_schema()");
+        EnkaiSlice s = enkai_op_schema();
+        outcome(s.ptr == NULL);
+        if (s.ptr) enkai_free(s.ptr, s.len);
+        return;
+    }
+    const char *name = chance(95) && n_op_names ? op_names[below(n_op_names)] : hostile_string();
+    int64_t in[4], out[8];
+    int n = below(5);
+    for (int i = 0; i < n; i++) in[i] = chance(90) ? tensor() : 0;
+    const char *kw = op_kwargs();
+    size_t cap = chance(90) ? 8 : (size_t)below(2);
+    CALL(enkai_op); logcall("op(%.30s, %d inputs, %.80s, cap %zu)", name ? name : "NULL", n, kw ? kw : "NULL", cap);
+    int64_t r = enkai_op(name, chance(98) ? in : NULL, (size_t)n, kw, chance(98) ? out : NULL, cap);
+    outcome(r < 0);
+    for (int64_t i = 0; i < r; i++) model_new(out[i]);
+}
+
 static const op_t ops[] = {
     {op_create, 14}, {op_from_data, 4}, {op_ids_u32, 2}, {op_device, 2}, {op_retain_free, 18}, {op_binary, 10},
     {op_unary, 10}, {op_layout, 9}, {op_nn, 6}, {op_data_out, 6}, {op_autograd, 8}, {op_optim, 5}, {op_amp, 4},
-    {op_backend, 1}, {op_library, 2}, {op_lm, 2}, {op_checkpoint, 1}, {op_dist, 2}, {op_dlpack, 3},
+    {op_backend, 1}, {op_library, 2}, {op_generic, 12}, {op_lm, 2}, {op_checkpoint, 1}, {op_dist, 2}, {op_dlpack, 3},
 };
 
 #define SLOW_S 10.0
@@ -1255,6 +1327,7 @@ int main(int argc, char **argv) {
                          "TORCHELASTIC_USE_AGENT_STORE", "ENKAI_BACKEND"};
     for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) unsetenv(env[i]);
     setenv("ENKAI_DIST_TIMEOUT_S", "0.05", 1);
+    load_schema();
 
     snprintf(ckpt_root, sizeof ckpt_root, "/tmp/enkai-fuzz-XXXXXX");
     if (!mkdtemp(ckpt_root)) return perror("mkdtemp"), 2;

@@ -160,6 +160,11 @@ typedef enum EnkaiErrorCode {
    * failed); nothing was committed and the previous `latest` stays.
    */
   E_CKPT_INCOMPLETE = 32,
+  /**
+   * The operation exists but the inputs' backend cannot run it (the op table's schema says
+   * which backends run each op), or it is not supported in this form.
+   */
+  E_UNSUPPORTED = 33,
 } EnkaiErrorCode;
 
 /**
@@ -895,6 +900,48 @@ int64_t enkai_tensor_lm_logits(const char *params,
                                size_t n_in,
                                int64_t batch,
                                int64_t seq);
+
+/**
+ * Runs PyTorch's op `name` ("exp", "sum", "where", "topk", ...: the name of
+ * `torch.<name>`, or `torch.nn.functional.<name>` where torch has none).
+ * `inputs` are the op's Tensor arguments in PyTorch's order (self first); a
+ * 0 handle stands for an optional tensor left out (None); a TensorList
+ * argument (cat, stack) takes all of them. Every other argument goes in the
+ * JSON object `kwargs` under its PyTorch parameter name (`{"dim": [1],
+ * "keepdim": true}`; NULL or `"{}"` = PyTorch's defaults). A number given
+ * for a Tensor parameter where PyTorch has a Scalar overload works as in
+ * PyTorch (`{"other": 2.5}`). Writes up to `cap` owned result handles to
+ * `out` (release each with `enkai_tensor_free`) and returns the number of
+ * results (2 for topk, max with dim, sort, ...), or -1 with the last error
+ * set. The inputs are left unchanged (in-place ops excepted) and nothing is
+ * written to `out` on error.
+ * Errors: `E_NULL_POINTER` (`name`, or `inputs`/`out` with a non-zero
+ * count), `E_INVALID_ARG` (unknown op, unknown or ill-typed argument, wrong
+ * input count, more results than `cap`; the message names the op and the
+ * argument), `E_SHAPE`, `E_DTYPE`, `E_UNSUPPORTED` (the op does not run on
+ * the inputs' backend), `E_HANDLE_*`, `E_BACKEND_MISMATCH`, `E_TORCH`.
+ *
+ * # Safety
+ * `name` and `kwargs` are NULL or NUL-terminated; `inputs` points to
+ * `n_inputs` handles and `out` to `cap` writable slots (either may be NULL
+ * when its count is 0).
+ */
+int64_t enkai_op(const char *name,
+                 const int64_t *inputs,
+                 size_t n_inputs,
+                 const char *kwargs,
+                 int64_t *out,
+                 size_t cap);
+
+/**
+ * Every op of `enkai_op` as JSON: an array with one entry per overload,
+ * `{"name", "overload", "signature", "params": [{"name", "type",
+ * "optional", "kw_only", "default"?}], "returns", "differentiable",
+ * "accepts", "pointwise", "domain", "backends"}`; `backends` lists only the
+ * backends of this build that run it. Owned: release with `enkai_free`.
+ * Errors: `E_RESOURCE` (out of memory), and then `{NULL, 0}`.
+ */
+struct EnkaiSlice enkai_op_schema(void);
 
 /**
  * `torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast.

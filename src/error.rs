@@ -82,6 +82,9 @@ pub enum EnkaiErrorCode {
     /// Checkpoint: a ranked save's round did not complete (a rank did not save in time, or
     /// failed); nothing was committed and the previous `latest` stays.
     E_CKPT_INCOMPLETE = 32,
+    /// The operation exists but the inputs' backend cannot run it (the op table's schema says
+    /// which backends run each op), or it is not supported in this form.
+    E_UNSUPPORTED = 33,
 }
 
 pub use EnkaiErrorCode as Code;
@@ -122,13 +125,14 @@ impl Code {
             Code::E_DIST_ENV_MISMATCH => "E_DIST_ENV_MISMATCH",
             Code::E_DIST_MISMATCH => "E_DIST_MISMATCH",
             Code::E_CKPT_INCOMPLETE => "E_CKPT_INCOMPLETE",
+            Code::E_UNSUPPORTED => "E_UNSUPPORTED",
         }
     }
 }
 
 impl Code {
     /// Every code, in number order.
-    pub const ALL: [Code; 33] = [
+    pub const ALL: [Code; 34] = [
         Code::E_OK, Code::E_INVALID_ARG, Code::E_NULL_POINTER, Code::E_HANDLE_INVALID, Code::E_HANDLE_STALE,
         Code::E_HANDLE_KIND, Code::E_SHAPE, Code::E_DTYPE, Code::E_DEVICE, Code::E_BACKEND_UNKNOWN,
         Code::E_BACKEND_UNAVAILABLE, Code::E_BACKEND_MISMATCH, Code::E_TORCH, Code::E_INTERNAL, Code::E_RESOURCE,
@@ -136,7 +140,7 @@ impl Code {
         Code::E_AMP_INVALID_BACKOFF_FACTOR, Code::E_AMP_INVALID_GROWTH_INTERVAL, Code::E_AMP_STATE,
         Code::E_CKPT_MISSING, Code::E_CKPT_HASH_MISMATCH, Code::E_CKPT_FORMAT, Code::E_CKPT_IO,
         Code::E_DIST_ENV_GATE, Code::E_DIST, Code::E_DIST_PEER_LOST, Code::E_DIST_TIMEOUT, Code::E_DIST_ENV_MISMATCH,
-        Code::E_DIST_MISMATCH, Code::E_CKPT_INCOMPLETE,
+        Code::E_DIST_MISMATCH, Code::E_CKPT_INCOMPLETE, Code::E_UNSUPPORTED,
     ];
 }
 

@@ -26,5 +26,7 @@ pub mod registry;
 mod spinlock;
 pub mod tensor;
 pub mod threads;
+pub mod vocab;
+pub mod opcall;
 
 pub use error::{Code, Error, Result};

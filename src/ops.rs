@@ -111,14 +111,7 @@ fn run<const N: usize>(
     TENSORS.insert_after(Tensor { backend: b, raw }, ts)
 }
 
-/// A dim in `[-rank, rank)` (or `[-1, 0]` for a scalar, as PyTorch allows), normalised.
-pub(crate) fn norm_dim(op: &str, dim: i64, s: &[i64]) -> Result<i64> {
-    let rank = (s.len() as i64).max(1);
-    if dim < -rank || dim >= rank {
-        crate::bail!(E_SHAPE, "{op}: dim {dim} is out of range for shape {}", fmt(s));
-    }
-    Ok(if dim < 0 { dim + rank } else { dim })
-}
+pub(crate) use crate::vocab::norm_dim;
 
 fn dim_error(op: &str, t: &Tensor, dims: &[i64]) -> Option<Error> {
     let s = shape(t);
@@ -130,19 +123,7 @@ fn float_error(op: &str, t: &Tensor) -> Option<Error> {
     (!dt.is_float()).then(|| crate::err!(E_DTYPE, "{op} needs a floating dtype, got {}", dt.name()))
 }
 
-/// NumPy broadcasting of two shapes, or `None` when they do not fit.
-pub fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
-    let n = a.len().max(b.len());
-    let at = |s: &[i64], i: usize| if i + s.len() >= n { s[i + s.len() - n] } else { 1 };
-    (0..n)
-        .map(|i| match (at(a, i), at(b, i)) {
-            (x, y) if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        })
-        .collect()
-}
+pub use crate::vocab::broadcast;
 
 /// `torch.matmul` shape rules: 1-D operands are promoted, batch dims broadcast.
 fn matmul_fits(a: &[i64], b: &[i64]) -> bool {

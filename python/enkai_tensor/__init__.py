@@ -30,7 +30,7 @@ __all__ = [
     "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
     "AdamW", "adamw_step_multi", "GradScaler", "autocast", "tinylm_init", "forward_tinylm", "lm_init", "forward_lm", "lm_logits",
     "checkpoint_save", "checkpoint_load", "checkpoint_load_scaler", "checkpoint_save_ranked", "checkpoint_load_ranked",
-    "checkpoint_load_ranked_scaler",
+    "checkpoint_load_ranked_scaler", "op", "op_schema",
 ]
 
 Shape = Sequence[int]
@@ -1120,3 +1120,137 @@ def checkpoint_load_ranked_scaler(dir: PathLike, rank: int) -> GradScaler:
 
 def checkpoint_load_ranked(dir: PathLike, rank: int) -> Loaded:
     return _load_outputs(lib.enkai_checkpoint_load_ranked, _path(dir), rank)
+
+
+# ------------------------------------------------------------------ the op table
+#
+# Every op of the library's op table, by its PyTorch name: `et.op("topk", x,
+# k=5)`, and, built from `enkai_op_schema()` at import, a function
+# `et.<name>` and a Tensor method for each op that has no hand-written one
+# here. Nothing below names an op: a new table row needs no Python code.
+
+_MAX_RESULTS = 1 << 16
+
+
+def op_schema() -> List[Dict[str, Any]]:
+    """The op table: one entry per overload (see `enkai_op_schema` in the header)."""
+    return json.loads(_slice_text(lib.enkai_op_schema()))
+
+
+def _op_inputs(inputs: Sequence[Any]) -> List[int]:
+    out: List[int] = []
+    for t in inputs:
+        if t is None:
+            out.append(0)
+        elif isinstance(t, Tensor):
+            out.append(t.handle)
+        elif isinstance(t, (list, tuple)):
+            out.extend(_op_inputs(t))
+        else:
+            raise TypeError(f"an op input must be a Tensor, None or a list of them, got {type(t).__name__}")
+    return out
+
+
+def _kwarg(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return [_kwarg(x) for x in v]
+    if hasattr(v, "item") and not isinstance(v, Tensor):  # numpy scalars
+        return v.item()
+    return v
+
+
+def op(name: str, *inputs: Any, **kwargs: Any) -> Any:
+    """`enkai_op`: runs PyTorch's op `name` on tensor `inputs` (None for an
+    optional tensor left out; a list for a TensorList) with keyword
+    arguments by PyTorch name. Returns a Tensor, or a tuple (ops with several
+    results) or list (ops returning Tensor[])."""
+    hs = _op_inputs(inputs)
+    arr = (ctypes.c_int64 * max(len(hs), 1))(*hs)
+    text = json.dumps({k: _kwarg(v) for k, v in kwargs.items()}).encode() if kwargs else None
+    out = (ctypes.c_int64 * _MAX_RESULTS)()
+    n = lib.enkai_op(_enc(name), arr, len(hs), text, out, _MAX_RESULTS)
+    if n < 0:
+        _raise()
+    results = [_wrap(out[i]) for i in range(n)]
+    kind = _returns.get(name)
+    if kind == "list":
+        return results
+    if len(results) == 1 and kind != "tuple":
+        return results[0]
+    return tuple(results)
+
+
+_returns: Dict[str, str] = {}
+_overloads: Dict[str, List[Dict[str, Any]]] = {}
+
+
+def _bind(ov: Dict[str, Any], args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[Tuple[List[Any], Dict[str, Any]]]:
+    """Python's positional arguments laid onto one overload's parameters, or None when they do not fit."""
+    inputs: List[Any] = []
+    kw: Dict[str, Any] = {}
+    params = [p for p in ov["params"] if not p["kw_only"]]
+    names = {p["name"] for p in ov["params"]}
+    if any(k not in names for k in kwargs):
+        return None
+    i = 0
+    for p in params:
+        if i >= len(args):
+            break
+        a = args[i]
+        if p["type"] == "Tensor[]":
+            if not isinstance(a, (list, tuple)):
+                return None
+            inputs.append(list(a))
+        elif p["type"] == "Tensor":
+            if not (isinstance(a, Tensor) or (a is None and p["optional"])):
+                return None
+            inputs.append(a)
+        else:
+            if isinstance(a, Tensor):
+                return None
+            kw[p["name"]] = a
+        i += 1
+    if i < len(args):
+        return None
+    for k, v in kwargs.items():
+        p = next(q for q in ov["params"] if q["name"] == k)
+        if p["type"] in ("Tensor", "Tensor[]"):
+            return None
+        kw[k] = v
+    return inputs, kw
+
+
+def _make(name: str) -> Callable[..., Any]:
+    def fn(*args: Any, **kwargs: Any) -> Any:
+        for ov in _overloads[name]:
+            bound = _bind(ov, args, kwargs)
+            if bound is not None:
+                return op(name, *bound[0], **bound[1])
+        # No overload fits Python's reading: let the library say why.
+        ins = [a for a in args if isinstance(a, (Tensor, list, tuple)) or a is None]
+        return op(name, *ins, **kwargs)
+
+    fn.__name__ = name
+    fn.__doc__ = "\n".join(f"torch.{name}: {ov['signature']}" for ov in _overloads[name])
+    return fn
+
+
+def _install_ops() -> None:
+    for ov in op_schema():
+        name = ov["name"]
+        _overloads.setdefault(name, []).append(ov)
+        if "Tensor[]" in ov["returns"]:
+            _returns[name] = "list"
+        elif len(ov["returns"]) > 1:
+            _returns[name] = "tuple"
+    g = globals()
+    for name in _overloads:
+        fn = _make(name)
+        if name not in g:
+            g[name] = fn
+            __all__.append(name)
+        if not hasattr(Tensor, name) and any(ov["params"] and ov["params"][0]["type"] == "Tensor" for ov in _overloads[name]):
+            setattr(Tensor, name, fn)
+
+
+_install_ops()

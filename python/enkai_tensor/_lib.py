@@ -40,6 +40,8 @@ SIGNATURES = {
     "enkai_get_num_threads": (c_i64, []),
     "enkai_set_grad_enabled": (c_int, [c_int]),
     "enkai_is_grad_enabled": (c_int, []),
+    "enkai_op": (c_i64, [c_str, ctypes.POINTER(c_i64), c_size, c_str, ctypes.POINTER(c_i64), c_size]),
+    "enkai_op_schema": (EnkaiSlice, []),
     "enkai_tensor_retain": (c_int, [c_i64]),
     "enkai_tensor_free": (c_int, [c_i64]),
     "enkai_tensor_randn": (c_i64, [c_str, c_str, c_i64]),

@@ -638,3 +638,35 @@ pub fn dist_stack_one(t: &Raw) -> Result<Raw> {
         native::reshape(t, &s).map(Raw::Native)
     })
 }
+
+// ------------------------------------------------------------ the op table
+
+/// Runs a checked call of the op table (`crate::opcall`) on backend `b`.
+pub fn op(b: BackendId, call: &crate::vocab::Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    match b {
+        #[cfg(feature = "torch")]
+        BackendId::Torch => {
+            let ins = inputs
+                .iter()
+                .map(|t| t.map(|t| match t { Raw::Torch(r) => Ok(r), _ => Err(mismatch()) }).transpose())
+                .collect::<Result<Vec<_>>>()?;
+            torch::opcall::run(call, &ins).map(|v| v.into_iter().map(Raw::Torch).collect())
+        }
+        BackendId::Cpu => {
+            let ins = inputs
+                .iter()
+                .map(|t| {
+                    t.map(|t| match t {
+                        Raw::Native(r) => Ok(r),
+                        #[allow(unreachable_patterns)]
+                        _ => Err(mismatch()),
+                    })
+                    .transpose()
+                })
+                .collect::<Result<Vec<_>>>()?;
+            native::opk::run(call, &ins).map(|v| v.into_iter().map(Raw::Native).collect())
+        }
+        #[allow(unreachable_patterns)]
+        _ => Err(unavailable()),
+    }
+}

@@ -292,38 +292,4 @@ impl FloatElem for f16 {
     type Real = f32;
 }
 
-/// `torch.result_type` of two tensors: a dimensioned operand's dtype wins
-/// over a 0-dim one of the same category (bool < integer < floating).
-pub fn promote(a: DType, a_dim: bool, b: DType, b_dim: bool) -> DType {
-    fn category(d: DType) -> u8 {
-        match d {
-            DType::Bool => 0,
-            DType::U8 | DType::I32 | DType::I64 => 1,
-            _ => 2,
-        }
-    }
-    match (a_dim, b_dim) {
-        (true, false) if category(a) >= category(b) => a,
-        (false, true) if category(b) >= category(a) => b,
-        _ => promote_types(a, b),
-    }
-}
-
-/// `torch.promote_types`.
-pub fn promote_types(a: DType, b: DType) -> DType {
-    use DType::*;
-    if a == b {
-        return a;
-    }
-    match (a, b) {
-        (Bool, x) | (x, Bool) => x,
-        (F64, _) | (_, F64) => F64,
-        (F32, _) | (_, F32) => F32,
-        (BF16, F16) | (F16, BF16) => F32,
-        (BF16, _) | (_, BF16) => BF16,
-        (F16, _) | (_, F16) => F16,
-        (I64, _) | (_, I64) => I64,
-        (I32, _) | (_, I32) => I32,
-        (U8, U8) => U8,
-    }
-}
+pub use crate::vocab::{promote, promote_types};

@@ -12,6 +12,7 @@ mod lm;
 mod matmul;
 mod nn;
 mod ops;
+pub mod opk;
 pub mod par;
 mod rng;
 mod simd;

@@ -7,6 +7,7 @@ mod data;
 mod dist;
 mod lm;
 mod ops;
+pub mod opcall;
 mod train;
 
 pub use autograd::*;

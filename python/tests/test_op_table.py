@@ -1,0 +1,341 @@
+"""The op table's oracle suite, generated from `enkai_op_schema()`: every
+op's values and gradients against PyTorch (`torch.ops.aten.<overload>`,
+the very operator `torch.<name>` runs), on both backends, over shapes
+(0-dim, empty, broadcast, transposed, sliced with a step), every dtype, and
+keyword arguments at and off their defaults. A dtype PyTorch refuses must be
+refused here too.
+
+Tolerances, by result dtype:
+- integer, bool and comparison results: exact;
+- fp64: rtol 1e-10 (libm and SLEEF differ by an ulp or two);
+- fp32: rtol 1e-5, atol 1e-6 (the same, in single precision);
+- fp16: rtol 2e-3, bf16: rtol 1.6e-2: both compute in fp32 and round once,
+  so results differ by at most one rounding of the storage type.
+Gradients use the same classes, with atol scaled by the gradient's size.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import enkai_tensor as et
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+SCHEMA = et.op_schema()
+OPS = sorted({o["name"] for o in SCHEMA})
+DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "fp16": torch.float16, "bf16": torch.bfloat16,
+          "int64": torch.int64, "int32": torch.int32, "uint8": torch.uint8, "bool": torch.bool}
+NAMES = {v: k for k, v in DTYPES.items()}
+TOL = {"fp64": (1e-10, 1e-12), "fp32": (1e-5, 1e-6), "fp16": (2e-3, 1e-3), "bf16": (1.6e-2, 1e-2)}
+# Off-default values for string arguments (numbers and bools are varied generically).
+STR_CHOICES = {"approximate": ["tanh"], "rounding_mode": ["trunc", "floor"], "reduce": ["sum", "prod"]}
+
+
+def overloads(name):
+    return [o for o in SCHEMA if o["name"] == name]
+
+
+def values(rng, shape, dtype, domain):
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype in ("int64", "int32"):
+        return rng.integers(-5, 6, shape).astype(dtype)
+    if dtype == "uint8":
+        return rng.integers(0, 11, shape).astype(np.uint8)
+    if domain == "pos":
+        v = rng.uniform(0.1, 3.0, shape)
+    elif domain == "unit":
+        v = rng.uniform(-0.9, 0.9, shape)
+    else:
+        v = rng.normal(0.0, 1.5, shape)
+    return v.astype(np.float64 if dtype == "fp64" else np.float32)
+
+
+def pair(a, dtype, layout):
+    """The same values as (ours, torch's), laid out as `layout` says."""
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    ours = et.from_numpy(np.ascontiguousarray(a))
+    if dtype in ("fp16", "bf16"):
+        t = t.to(DTYPES[dtype])
+        ours = ours.to_dtype(dtype)
+    if layout == "transposed":
+        t, ours = t.t(), ours.transpose(0, 1)
+    elif layout == "stepped":
+        t, ours = t[:, ::2], ours.slice(1, 0, a.shape[1], 2)
+    return ours, t
+
+
+def base_shape(shape, layout):
+    if layout == "transposed":
+        return [shape[1], shape[0]]
+    if layout == "stepped":
+        return [shape[0], shape[1] * 2]
+    return shape
+
+
+def to_numpy(t):
+    if isinstance(t, torch.Tensor):
+        if t.dtype in (torch.float16, torch.bfloat16):
+            t = t.float()
+        return t.detach().numpy()
+    if t.dtype in ("fp16", "bf16"):
+        t = t.to_dtype("fp32")
+    return t.numpy()
+
+
+def check_close(ours, ref, what):
+    assert NAMES[ref.dtype] == ours.dtype, f"{what}: dtype {ours.dtype}, torch {ref.dtype}"
+    assert tuple(ours.shape) == tuple(ref.shape), f"{what}: shape {ours.shape}, torch {tuple(ref.shape)}"
+    a, b = to_numpy(ours), to_numpy(ref)
+    if ours.dtype in TOL:
+        rtol, atol = TOL[ours.dtype]
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
+    else:
+        np.testing.assert_array_equal(a, b, err_msg=what)
+
+
+def kwarg_variants(ov):
+    """Each non-tensor argument with a default, once off it (one at a time)."""
+    out = [{}]
+    for p in ov["params"]:
+        if "default" not in p or p["type"] in ("Tensor", "Tensor[]", "ScalarType"):
+            continue
+        d = p["default"]
+        if p["type"] == "bool":
+            out.append({p["name"]: not d})
+        elif p["type"] in ("Scalar", "float") and d is not None:
+            out.append({p["name"]: (d * 0.5 + 0.25) if d else 0.5})
+        elif p["type"] == "str" and p["name"] in STR_CHOICES:
+            out.extend({p["name"]: c} for c in STR_CHOICES[p["name"]])
+    return out
+
+
+def aten(ov):
+    name, _, overload = ov["overload"].partition(".")
+    packet = getattr(torch.ops.aten, name)
+    return getattr(packet, overload or "default")
+
+
+def run_both(ov, ours_in, torch_in, kw):
+    ref = aten(ov)(*torch_in, **kw)
+    got = et.op(ov["name"], *ours_in, **kw)
+    return got, ref
+
+
+def pointwise_cases(ov):
+    """(tensor-input shapes, layout) for an elementwise overload."""
+    n = sum(p["type"] == "Tensor" for p in ov["params"])
+    if n == 1:
+        return [([[3, 4]], "contiguous"), ([[]], "contiguous"), ([[0, 3]], "contiguous"),
+                ([[3, 4]], "transposed"), ([[3, 4]], "stepped")]
+    return [([[3, 4]] * n, "contiguous"), ([[3, 1]] + [[4]] * (n - 1), "contiguous"),
+            ([[]] + [[3, 4]] * (n - 1), "contiguous"), ([[3, 4]] * n, "transposed")]
+
+
+def refusal(fn):
+    try:
+        return fn(), None
+    except (RuntimeError, NotImplementedError, TypeError) as e:
+        return None, e
+
+
+@pytest.mark.parametrize("name", [n for n in OPS if all(o["pointwise"] for o in overloads(n))])
+def test_pointwise_op(name, backend):
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    checked = 0
+    for ov in overloads(name):
+        if backend not in ov["backends"] or ov["domain"] == "own":
+            continue
+        if any(p["type"] not in ("Tensor",) and "default" not in p and not p["optional"] for p in ov["params"]):
+            continue  # needs a value of its own (round.decimals): see test_kwargs_off_default
+        for shapes, layout in pointwise_cases(ov):
+            for dtype in DTYPES:
+                arrays = [values(rng, base_shape(s, layout) if len(s) == 2 else s, dtype, ov["domain"]) for s in shapes]
+                pairs = [pair(a, dtype, layout if len(a.shape) == 2 else "contiguous") for a in arrays]
+                ours_in, torch_in = [p[0] for p in pairs], [p[1] for p in pairs]
+                for kw in kwarg_variants(ov):
+                    what = f"{ov['overload']} {dtype} {shapes} {layout} {kw}"
+                    ref, err = refusal(lambda: aten(ov)(*torch_in, **kw))
+                    if err is not None:
+                        with pytest.raises(et.EnkaiError) as e:
+                            et.op(name, *ours_in, **kw)
+                        assert e.value.code in ("E_DTYPE", "E_TORCH"), f"{what}: {e.value}"
+                        continue
+                    got = et.op(name, *ours_in, **kw)
+                    check_close(got, ref, what)
+                    checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("name", [n for n in OPS if any(o["differentiable"] for o in overloads(n))])
+def test_gradient(name, backend):
+    """d(sum(op(x) * w))/dx against torch.autograd.grad, for each floating input."""
+    rng = np.random.default_rng(7)
+    checked = 0
+    for ov in overloads(name):
+        if backend not in ov["backends"] or ov["domain"] == "own" or not ov["pointwise"]:
+            continue
+        if any(p["type"] != "Tensor" and "default" not in p and not p["optional"] for p in ov["params"]):
+            continue
+        n = sum(p["type"] == "Tensor" for p in ov["params"])
+        for dtype in ("fp32", "fp64"):
+            for kw in kwarg_variants(ov):
+                arrays = [values(rng, [3, 4], dtype, ov["domain"]) for _ in range(n)]
+                t_in = [torch.from_numpy(a).requires_grad_() for a in arrays]
+                o_in = [et.from_numpy(a).require_grad() for a in arrays]
+                w = values(rng, [3, 4], dtype, "any")
+                ref = aten(ov)(*t_in, **kw)
+                if not ref.dtype.is_floating_point:
+                    continue
+                grads = torch.autograd.grad((ref * torch.from_numpy(w)).sum(), t_in, allow_unused=True)
+                got = et.op(name, *o_in, **kw)
+                (got * et.from_numpy(w)).sum().backward()
+                for i, (g_ref, x) in enumerate(zip(grads, o_in)):
+                    what = f"grad {i} of {ov['overload']} {dtype} {kw}"
+                    if g_ref is None:
+                        continue
+                    check_close(x.grad, g_ref, what)
+                    checked += 1
+    assert checked > 0
+
+
+def test_schema_covers_both_backends():
+    """The table's backends, as the schema reports them, are the backends this build runs."""
+    for ov in SCHEMA:
+        assert ov["backends"], ov["overload"]
+        assert set(ov["backends"]) <= set(et.backend_list()), ov
+
+
+def test_generic_entry_errors(backend):
+    x = et.tensor([[1.0, -2.0]])
+    before = et.live()["tensors"]
+    cases = [
+        (lambda: et.op("no_such_op", x), "E_INVALID_ARG", "unknown op"),
+        (lambda: et.op("exp", x, foo=1), "E_INVALID_ARG", "unknown argument \"foo\""),
+        (lambda: et.op("softplus", x, beta="a"), "E_INVALID_ARG", "\"beta\" must be"),
+        (lambda: et.op("exp", x, x), "E_INVALID_ARG", "got 2 input(s)"),
+        (lambda: et.op("exp"), "E_INVALID_ARG", "got 0 input(s)"),
+        (lambda: et.op("silu", et.tensor([1, 2])), "E_DTYPE", "int64"),
+        (lambda: et.op("exp", None), "E_INVALID_ARG", "0 handle"),
+    ]
+    for fn, code, text in cases:
+        with pytest.raises(et.EnkaiError) as e:
+            fn()
+        assert e.value.code == code and text in str(e.value), str(e.value)
+    assert et.live()["tensors"] == before
+
+
+def test_kwargs_json_errors(backend):
+    x = et.tensor([1.0])
+    out = (et.ctypes.c_int64 * 4)() if hasattr(et, "ctypes") else None
+    import ctypes
+    out = (ctypes.c_int64 * 4)()
+    arr = (ctypes.c_int64 * 1)(x.handle)
+    for bad in [b"{", b"[1]", b"\"x\"", b"{\"beta\": }", b"\xff"]:
+        assert et.lib.enkai_op(b"softplus", arr, 1, bad, out, 4) == -1
+        assert et.lib.enkai_tensor_last_error_code() == 1, bad
+    assert et.lib.enkai_op(b"softplus", arr, 1, b"{}", out, 0) == -1  # no room for the result
+    assert et.lib.enkai_op(None, arr, 1, None, out, 4) == -1
+    assert et.lib.enkai_tensor_last_error_code() == 2
+    n = et.lib.enkai_op(b"softplus", arr, 1, b" {\"beta\": 2, \"threshold\": 10} ", out, 4)
+    assert n == 1
+    et.lib.enkai_tensor_free(out[0])
+
+
+def test_methods_and_functions_come_from_the_schema(backend):
+    x = et.tensor([[0.5, -1.0], [2.0, 3.0]])
+    np.testing.assert_allclose(x.exp().numpy(), np.exp(x.numpy()), rtol=1e-6)
+    np.testing.assert_allclose(et.leaky_relu(x, 0.2).numpy(), torch.nn.functional.leaky_relu(torch.tensor(x.numpy()), 0.2).numpy())
+    assert et.gelu is not None and et.isnan(x).dtype == "bool"
+
+
+# ---------------------------------------------------------------- other ops
+
+def build_input(rng, spec, dtype, domain, layout):
+    """(ours, torch's) for one case input spec; lists give TensorLists."""
+    if isinstance(spec, list) and spec and isinstance(spec[0], (list, dict)):
+        pairs = [build_input(rng, s, dtype, domain, layout) for s in spec]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+    if isinstance(spec, dict):
+        lo, hi = spec.get("range", [0, 2])
+        d = spec.get("dtype", dtype)
+        shape = spec["shape"]
+        if d == "bool":
+            a = rng.random(shape) < 0.5
+        elif d in ("int64", "int32", "uint8"):
+            a = rng.integers(lo, hi, shape).astype({"int64": np.int64, "int32": np.int32, "uint8": np.uint8}[d])
+        else:
+            a = rng.uniform(lo, hi, shape).astype(np.float64 if d == "fp64" else np.float32)
+        return pair(a, d, "contiguous")
+    shape = list(spec)
+    lay = layout if len(shape) == 2 else "contiguous"
+    return pair(values(rng, base_shape(shape, lay), dtype, domain), dtype, lay)
+
+
+def results(x):
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    return [x]
+
+
+@pytest.mark.parametrize("name", [n for n in OPS if not all(o["pointwise"] for o in overloads(n))])
+def test_op_cases(name, backend):
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    checked = 0
+    for ov in overloads(name):
+        if backend not in ov["backends"] or ov["domain"] == "own":
+            continue
+        for case in ov["cases"]:
+            kw = case.get("kwargs", {})
+            for dtype in DTYPES:
+                for layout in ("contiguous", "transposed"):
+                    built = [build_input(rng, s, dtype, ov["domain"], layout) for s in case["inputs"]]
+                    ours_in, torch_in = [b[0] for b in built], [b[1] for b in built]
+                    what = f"{ov['overload']} {dtype} {layout} {case}"
+                    ref, err = refusal(lambda: aten(ov)(*torch_in, **kw))
+                    if err is not None:
+                        with pytest.raises(et.EnkaiError) as e:
+                            et.op(name, *ours_in, **kw)
+                        assert e.value.code in ("E_DTYPE", "E_TORCH", "E_SHAPE", "E_INVALID_ARG"), f"{what}: {e.value}"
+                        continue
+                    got = results(et.op(name, *ours_in, **kw))
+                    refs = results(ref)
+                    assert len(got) == len(refs), what
+                    for g, r in zip(got, refs):
+                        if isinstance(r, bool):
+                            r = torch.tensor(r)
+                        check_close(g, r, what)
+                    checked += 1
+            if ov["differentiable"]:
+                check_case_grad(rng, ov, case, kw)
+    assert checked > 0, f"{name}: no case ran"
+
+
+def check_case_grad(rng, ov, case, kw):
+    for dtype in ("fp32", "fp64"):
+        built = [build_input(rng, s, dtype, ov["domain"], "contiguous") for s in case["inputs"]]
+        ours_in, torch_in = [b[0] for b in built], [b[1] for b in built]
+        flat_t = [t for x in torch_in for t in (x if isinstance(x, list) else [x])]
+        flat_o = [t for x in ours_in for t in (x if isinstance(x, list) else [x])]
+        diff = [i for i, t in enumerate(flat_t) if t.dtype == DTYPES[dtype]]
+        for i in diff:
+            flat_t[i].requires_grad_()
+            flat_o[i].require_grad()
+        refs = [r for r in results(aten(ov)(*torch_in, **kw)) if isinstance(r, torch.Tensor) and r.dtype.is_floating_point]
+        if not refs or not diff:
+            return
+        ws = [values(rng, list(r.shape), dtype, "any") for r in refs]
+        loss = sum((r * torch.from_numpy(w)).sum() for r, w in zip(refs, ws))
+        grads = torch.autograd.grad(loss, [flat_t[i] for i in diff], allow_unused=True)
+        got = [g for g in results(et.op(ov["name"], *ours_in, **kw)) if g.dtype in ("fp32", "fp64")]
+        total = None
+        for g, w in zip(got, ws):
+            term = (g * et.from_numpy(w)).sum()
+            total = term if total is None else total + term
+        total.backward()
+        for i, g_ref in zip(diff, grads):
+            if g_ref is not None:
+                check_close(flat_o[i].grad, g_ref, f"grad {i} of {ov['overload']} {dtype} {case}")

@@ -1,0 +1,43 @@
+//! The native kernels of the op table (`crate::vocab::table`), keyed by
+//! overload name (`pow.Tensor_Scalar`). Core has checked the arguments:
+//! dims are in `[0, rank)`, dtypes are accepted, elementwise inputs
+//! broadcast, and `call.out_dtype` is the result dtype of elementwise ops.
+//! Each family file lists its kernels in a `KERNELS` table.
+
+mod pointwise;
+
+use std::sync::OnceLock;
+
+use super::tensor::Raw;
+use crate::error::Result;
+use crate::vocab::{self, Call};
+
+pub type Kernel = fn(&Call, &[Option<&Raw>]) -> Result<Vec<Raw>>;
+
+fn registry() -> &'static Vec<Vec<Option<Kernel>>> {
+    static R: OnceLock<Vec<Vec<Option<Kernel>>>> = OnceLock::new();
+    R.get_or_init(|| {
+        let all: std::collections::HashMap<&str, Kernel> = pointwise::KERNELS.iter().copied().collect();
+        vocab::ops()
+            .iter()
+            .map(|o| o.sigs.iter().map(|s| all.get(s.text.split('(').next().unwrap_or("")).copied()).collect())
+            .collect()
+    })
+}
+
+/// Whether the native backend has a kernel for overload `sig` of op `op` (the table's self-check).
+pub fn has_kernel(op: usize, sig: usize) -> bool {
+    registry()[op][sig].is_some()
+}
+
+pub fn run(call: &Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    match registry()[call.op.index][call.sig] {
+        Some(k) => k(call, inputs),
+        None => crate::bail!(E_UNSUPPORTED, "{}: the overload {} is not supported on the cpu backend", call.op.name(), call.overload()),
+    }
+}
+
+/// Input `i`, which core guarantees is present (a required Tensor parameter).
+fn input<'a>(ins: &[Option<&'a Raw>], i: usize) -> &'a Raw {
+    ins[i].expect("core checked that required inputs are present")
+}

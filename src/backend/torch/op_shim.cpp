@@ -1,0 +1,119 @@
+// The generic op call: any ATen operator, found once by its schema name
+// ("topk", "sum.dim_IntList") and run through c10's boxed dispatcher, so it
+// passes through autograd, autocast and every dispatch key exactly as
+// `torch.<name>(...)` does. The Rust side (`backend/torch/opcall.rs`) sends
+// the arguments already parsed and checked against the op table's schema
+// line, positionally; arguments past the ones it sends take the operator's
+// own defaults. Every function catches all exceptions (shim_guard.h).
+#include "shim_guard.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+extern "C" {
+
+// One argument: `tag` says which field holds it.
+struct EnkaiArg {
+  int32_t tag;     // see the ARG_* constants in opcall.rs
+  int64_t i;       // int, bool, ScalarType code
+  double f;        // float
+  const void* p;   // at::Tensor*, at::Tensor* const* (lists; NULL items = None), int64_t*, char*
+  size_t n;        // list or string length
+};
+
+// The operator `name.overload` (overload "" for the default), or NULL with
+// `*err` set (malloc'ed).
+void* enkai_shim_op_find(const char* name, const char* overload, char** err) {
+  void* found = nullptr;
+  *err = enkai::guarded([&] {
+    auto h = c10::Dispatcher::singleton().findSchemaOrThrow((std::string("aten::") + name).c_str(), overload);
+    found = new c10::OperatorHandle(h);
+  });
+  return found;
+}
+
+// The operator's number of arguments (its full schema's), for the table's self-check.
+size_t enkai_shim_op_arity(void* op) {
+  return static_cast<c10::OperatorHandle*>(op)->schema().arguments().size();
+}
+
+// The name of argument `i` of the operator's schema (owned by the schema).
+const char* enkai_shim_op_arg_name(void* op, size_t i) {
+  const auto& args = static_cast<c10::OperatorHandle*>(op)->schema().arguments();
+  return i < args.size() ? args[i].name().c_str() : nullptr;
+}
+
+static c10::IValue to_ivalue(const EnkaiArg& a) {
+  switch (a.tag) {
+    case 0: return c10::IValue();
+    case 1: return c10::IValue(*static_cast<const at::Tensor*>(a.p));
+    case 2: return c10::IValue(a.i);
+    case 3: return c10::IValue(a.f);
+    case 4: return c10::IValue(a.i != 0);
+    case 5: {
+      const int64_t* v = static_cast<const int64_t*>(a.p);
+      return c10::IValue(std::vector<int64_t>(v, v + a.n));
+    }
+    case 6: return c10::IValue(std::string(static_cast<const char*>(a.p), a.n));
+    case 7: return c10::IValue(static_cast<int64_t>(a.i));  // a ScalarType travels as its code
+    case 8: {
+      auto ts = static_cast<at::Tensor* const*>(a.p);
+      std::vector<at::Tensor> v;
+      v.reserve(a.n);
+      for (size_t k = 0; k < a.n; k++) v.push_back(*ts[k]);
+      return c10::IValue(v);
+    }
+    case 9: {
+      auto ts = static_cast<at::Tensor* const*>(a.p);
+      c10::List<std::optional<at::Tensor>> v;
+      for (size_t k = 0; k < a.n; k++) v.push_back(ts[k] ? std::optional<at::Tensor>(*ts[k]) : std::nullopt);
+      return c10::IValue(v);
+    }
+    default: throw std::runtime_error("enkai op shim: unknown argument tag");
+  }
+}
+
+// Runs the operator; writes up to `cap` new at::Tensor* to `outs` (a bool
+// result becomes a 0-dim bool tensor, a Tensor[] result its items) and
+// their number to `*n_out`.
+char* enkai_shim_op_call(void* op, const EnkaiArg* args, size_t n, at::Tensor** outs, size_t cap, size_t* n_out) {
+  *n_out = 0;
+  return enkai::guarded([&] {
+    auto& h = *static_cast<c10::OperatorHandle*>(op);
+    const auto& schema = h.schema().arguments();
+    torch::jit::Stack stack;
+    stack.reserve(schema.size());
+    for (size_t i = 0; i < schema.size(); i++) {
+      if (i < n) {
+        stack.push_back(to_ivalue(args[i]));
+      } else if (schema[i].default_value()) {
+        stack.push_back(*schema[i].default_value());
+      } else {
+        stack.push_back(c10::IValue());
+      }
+    }
+    h.callBoxed(stack);
+    std::vector<at::Tensor> res;
+    for (auto& v : stack) {
+      if (v.isTensor()) {
+        res.push_back(std::move(v).toTensor());
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorVector()) res.push_back(t);
+      } else if (v.isBool()) {
+        res.push_back(at::scalar_tensor(v.toBool(), at::kBool));
+      } else {
+        throw std::runtime_error("enkai op shim: a result that is not a tensor");
+      }
+    }
+    if (res.size() > cap) throw std::runtime_error("enkai op shim: more results than the table declares");
+    for (size_t k = 0; k < res.size(); k++) outs[k] = new at::Tensor(std::move(res[k]));
+    *n_out = res.size();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,153 @@
+//! libtorch's side of the op table: every row runs as the ATen operator of
+//! its schema line, through c10's boxed dispatcher (`op_shim.cpp`), so no
+//! op needs code here. Operators are looked up once per overload.
+
+use std::ffi::{c_char, c_void, CString};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::OnceLock;
+
+use torch_sys::C_tensor;
+
+use super::{shim_result, Raw};
+use crate::dtype::DType;
+use crate::error::{Code, Result};
+use crate::vocab::{self, Call, Scalar, Value};
+
+#[repr(C)]
+struct EnkaiArg {
+    tag: i32,
+    i: i64,
+    f: f64,
+    p: *const c_void,
+    n: usize,
+}
+
+const ARG_NONE: i32 = 0;
+const ARG_TENSOR: i32 = 1;
+const ARG_INT: i32 = 2;
+const ARG_FLOAT: i32 = 3;
+const ARG_BOOL: i32 = 4;
+const ARG_INTS: i32 = 5;
+const ARG_STR: i32 = 6;
+const ARG_DTYPE: i32 = 7;
+const ARG_TENSORS: i32 = 8;
+const ARG_OPT_TENSORS: i32 = 9;
+
+extern "C" {
+    fn enkai_shim_op_find(name: *const c_char, overload: *const c_char, err: *mut *mut c_char) -> *mut c_void;
+    fn enkai_shim_op_arity(op: *mut c_void) -> usize;
+    fn enkai_shim_op_arg_name(op: *mut c_void, i: usize) -> *const c_char;
+    fn enkai_shim_op_call(op: *mut c_void, args: *const EnkaiArg, n: usize, outs: *mut *mut C_tensor, cap: usize, n_out: *mut usize) -> *mut c_char;
+}
+
+/// c10's ScalarType code of a dtype.
+fn scalar_type(d: DType) -> i64 {
+    match d {
+        DType::U8 => 0,
+        DType::I32 => 3,
+        DType::I64 => 4,
+        DType::F16 => 5,
+        DType::F32 => 6,
+        DType::F64 => 7,
+        DType::Bool => 11,
+        DType::BF16 => 15,
+    }
+}
+
+fn handles() -> &'static Vec<Vec<AtomicPtr<c_void>>> {
+    static H: OnceLock<Vec<Vec<AtomicPtr<c_void>>>> = OnceLock::new();
+    H.get_or_init(|| vocab::ops().iter().map(|o| o.sigs.iter().map(|_| AtomicPtr::new(std::ptr::null_mut())).collect()).collect())
+}
+
+/// The ATen operator of overload `sig` of table op `op`.
+fn operator(op: usize, sig: usize) -> Result<*mut c_void> {
+    let slot = &handles()[op][sig];
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
+        return Ok(p);
+    }
+    let s = &vocab::ops()[op].sigs[sig];
+    let name = CString::new(s.name.as_str()).map_err(|_| crate::err!(E_INTERNAL, "op name with NUL"))?;
+    let overload = CString::new(s.overload.as_str()).map_err(|_| crate::err!(E_INTERNAL, "op name with NUL"))?;
+    let mut err = std::ptr::null_mut();
+    // SAFETY: two C strings and an out-pointer for the call.
+    let p = unsafe { enkai_shim_op_find(name.as_ptr(), overload.as_ptr(), &mut err) };
+    shim_result(err, Code::E_INTERNAL)?;
+    // A race stores an equal handle twice; the loser's copy is kept alive for the process.
+    slot.store(p, Ordering::Release);
+    Ok(p)
+}
+
+/// The names of the ATen operator's arguments (the table's self-check: its
+/// schema line must be a prefix of libtorch's).
+pub fn operator_arg_names(op: usize, sig: usize) -> Result<Vec<String>> {
+    let h = operator(op, sig)?;
+    // SAFETY: a live operator handle; names are NUL-terminated strings owned by its schema.
+    Ok((0..unsafe { enkai_shim_op_arity(h) })
+        .map(|i| unsafe { std::ffi::CStr::from_ptr(enkai_shim_op_arg_name(h, i)) }.to_string_lossy().into_owned())
+        .collect())
+}
+
+pub fn run(call: &Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let h = operator(call.op.index, call.sig)?;
+    let ptr = |i: usize| inputs[i].map_or(std::ptr::null(), |t| t.0.as_ptr() as *const c_void);
+    // Tensor lists as arrays of at::Tensor*, alive across the call.
+    let lists: Vec<Vec<*const c_void>> = call
+        .args
+        .iter()
+        .map(|v| match v {
+            Value::Tensors(items) => items.iter().map(|i| i.map_or(std::ptr::null(), ptr)).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let args: Vec<EnkaiArg> = call
+        .args
+        .iter()
+        .zip(call.sig().params.iter())
+        .zip(&lists)
+        .map(|((v, p), list)| {
+            let a = |tag, i, f, p: *const c_void, n| EnkaiArg { tag, i, f, p, n };
+            match v {
+                Value::None => a(ARG_NONE, 0, 0.0, std::ptr::null(), 0),
+                Value::Tensor(i) => a(ARG_TENSOR, 0, 0.0, ptr(*i), 0),
+                Value::Tensors(_) => a(if p.optional_items { ARG_OPT_TENSORS } else { ARG_TENSORS }, 0, 0.0, list.as_ptr().cast(), list.len()),
+                Value::Int(i) | Value::Scalar(Scalar::Int(i)) => a(ARG_INT, *i, 0.0, std::ptr::null(), 0),
+                Value::Float(f) | Value::Scalar(Scalar::Float(f)) => a(ARG_FLOAT, 0, *f, std::ptr::null(), 0),
+                Value::Bool(b) | Value::Scalar(Scalar::Bool(b)) => a(ARG_BOOL, i64::from(*b), 0.0, std::ptr::null(), 0),
+                Value::Ints(v) => a(ARG_INTS, 0, 0.0, v.as_ptr().cast(), v.len()),
+                Value::Str(s) => a(ARG_STR, 0, 0.0, s.as_ptr().cast(), s.len()),
+                Value::DType(d) => a(ARG_DTYPE, scalar_type(*d), 0.0, std::ptr::null(), 0),
+            }
+        })
+        .collect();
+    let cap = if call.sig().returns.contains(&vocab::Ret::TensorList) { 1 << 16 } else { call.sig().returns.len() };
+    let mut outs: Vec<*mut C_tensor> = vec![std::ptr::null_mut(); cap];
+    let mut n = 0usize;
+    // SAFETY: `args` and everything they point to live across the call; `outs` has `cap` slots.
+    let err = unsafe { enkai_shim_op_call(h, args.as_ptr(), args.len(), outs.as_mut_ptr(), cap, &mut n) };
+    shim_result(err, Code::E_TORCH)?;
+    // SAFETY: on success the first `n` slots hold new at::Tensor* nobody else owns.
+    Ok(outs[..n].iter().map(|&p| Raw(unsafe { tch::Tensor::from_ptr(p) })).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every overload of the table is a libtorch operator whose arguments
+    /// begin with the row's parameters, in order (the boxed call passes them
+    /// positionally; the rest take the operator's defaults).
+    #[test]
+    fn every_row_names_a_libtorch_operator_with_its_parameters() {
+        for op in crate::vocab::ops() {
+            for (i, s) in op.sigs.iter().enumerate() {
+                let names = super::operator_arg_names(op.index, i).unwrap_or_else(|e| panic!("{}: {}", s.text, e.detail));
+                let ours: Vec<&str> = s.params.iter().map(|p| p.name.as_str()).collect();
+                assert!(names.len() >= ours.len(), "{}: libtorch has {names:?}", s.text);
+                for (k, (a, b)) in ours.iter().zip(&names).enumerate() {
+                    // A parameter may carry its Python name where ATen's differs.
+                    let renamed = crate::vocab::python_name(&s.full_name(), b);
+                    assert!(a == b || *a == renamed, "{}: parameter {k} is {a}, libtorch's is {b}", s.text);
+                }
+            }
+        }
+    }
+}

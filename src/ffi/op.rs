@@ -1,0 +1,60 @@
+//! The generic op entry and the table's schema (`crate::opcall`).
+
+use std::ffi::c_char;
+
+use super::{guard_or, str_arg, EnkaiSlice};
+use crate::opcall;
+
+/// Runs PyTorch's op `name` ("exp", "sum", "where", "topk", ...: the name of
+/// `torch.<name>`, or `torch.nn.functional.<name>` where torch has none).
+/// `inputs` are the op's Tensor arguments in PyTorch's order (self first); a
+/// 0 handle stands for an optional tensor left out (None); a TensorList
+/// argument (cat, stack) takes all of them. Every other argument goes in the
+/// JSON object `kwargs` under its PyTorch parameter name (`{"dim": [1],
+/// "keepdim": true}`; NULL or `"{}"` = PyTorch's defaults). A number given
+/// for a Tensor parameter where PyTorch has a Scalar overload works as in
+/// PyTorch (`{"other": 2.5}`). Writes up to `cap` owned result handles to
+/// `out` (release each with `enkai_tensor_free`) and returns the number of
+/// results (2 for topk, max with dim, sort, ...), or -1 with the last error
+/// set. The inputs are left unchanged (in-place ops excepted) and nothing is
+/// written to `out` on error.
+/// Errors: `E_NULL_POINTER` (`name`, or `inputs`/`out` with a non-zero
+/// count), `E_INVALID_ARG` (unknown op, unknown or ill-typed argument, wrong
+/// input count, more results than `cap`; the message names the op and the
+/// argument), `E_SHAPE`, `E_DTYPE`, `E_UNSUPPORTED` (the op does not run on
+/// the inputs' backend), `E_HANDLE_*`, `E_BACKEND_MISMATCH`, `E_TORCH`.
+///
+/// # Safety
+/// `name` and `kwargs` are NULL or NUL-terminated; `inputs` points to
+/// `n_inputs` handles and `out` to `cap` writable slots (either may be NULL
+/// when its count is 0).
+#[no_mangle]
+pub unsafe extern "C" fn enkai_op(name: *const c_char, inputs: *const i64, n_inputs: usize, kwargs: *const c_char, out: *mut i64, cap: usize) -> i64 {
+    guard_or(-1, || {
+        let name = unsafe { str_arg(name, "name")? };
+        let inputs = unsafe { super::bytes_arg(inputs, n_inputs, "inputs")? };
+        let kwargs = if kwargs.is_null() { None } else { Some(unsafe { str_arg(kwargs, "kwargs")? }) };
+        if out.is_null() && cap > 0 {
+            crate::bail!(E_NULL_POINTER, "out is NULL");
+        }
+        let hs = opcall::run(name, inputs, kwargs)?;
+        if hs.len() > cap {
+            hs.iter().for_each(|h| drop(crate::registry::TENSORS.release(*h)));
+            crate::bail!(E_INVALID_ARG, "{name}: {} results do not fit in cap {cap}", hs.len());
+        }
+        // SAFETY: `out` has `cap` >= hs.len() writable slots.
+        unsafe { std::ptr::copy_nonoverlapping(hs.as_ptr(), out, hs.len()) };
+        Ok(hs.len() as i64)
+    })
+}
+
+/// Every op of `enkai_op` as JSON: an array with one entry per overload,
+/// `{"name", "overload", "signature", "params": [{"name", "type",
+/// "optional", "kw_only", "default"?}], "returns", "differentiable",
+/// "accepts", "pointwise", "domain", "backends"}`; `backends` lists only the
+/// backends of this build that run it. Owned: release with `enkai_free`.
+/// Errors: `E_RESOURCE` (out of memory), and then `{NULL, 0}`.
+#[no_mangle]
+pub extern "C" fn enkai_op_schema() -> EnkaiSlice {
+    super::guard(|| EnkaiSlice::from_bytes(opcall::schema_json().as_bytes()))
+}

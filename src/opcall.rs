@@ -1,0 +1,431 @@
+//! The generic op entry (`enkai_op`): a PyTorch op name, tensor inputs and
+//! JSON keyword arguments, resolved against the op table (`crate::vocab`)
+//! to one overload, checked once here (argument types, dims, dtypes,
+//! broadcasting), then run by the inputs' backend. A name and kwargs string
+//! is parsed once per thread and cached, as the typed functions parse nothing.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::backend::{self, imp, imp::Raw, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::handles::Ref;
+use crate::json::write_int_list as fmt;
+use crate::registry::TENSORS;
+use crate::vocab::{self, Call, Kind, OpDef, Scalar, Sig, Ty, Value};
+
+/// A resolved call before the inputs are seen: the overload and its arguments.
+struct Resolved {
+    sig: usize,
+    args: Vec<Value>,
+}
+
+/// Why an overload does not fit, most specific last.
+#[derive(PartialEq, PartialOrd)]
+enum Miss {
+    Unknown(String),
+    Count(String),
+    Missing(String),
+    Type(String),
+}
+
+impl Miss {
+    fn text(&self) -> &str {
+        match self {
+            Miss::Unknown(s) | Miss::Count(s) | Miss::Missing(s) | Miss::Type(s) => s,
+        }
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a bool",
+        serde_json::Value::Number(n) if n.is_i64() => "an integer",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// A JSON value as an argument of type `p`.
+fn convert(op: &str, p: &vocab::Param, v: &serde_json::Value) -> std::result::Result<Value, Miss> {
+    use serde_json::Value as J;
+    let bad = || {
+        let want = match p.ty {
+            Ty::IntList(Some(_)) => "an integer or a list of integers",
+            Ty::IntList(None) => "a list of integers",
+            Ty::Int => "an integer",
+            Ty::Float => "a number",
+            Ty::Bool => "a bool",
+            Ty::Scalar => "a number or a bool",
+            Ty::Str => "a string",
+            Ty::ScalarType => "a dtype name (\"fp32\", \"int64\", ...)",
+            _ => "no value",
+        };
+        let null = if p.optional { " or null" } else { "" };
+        Miss::Type(format!("{op}: argument {:?} must be {want}{null}, got {}", p.name, json_kind(v)))
+    };
+    if v.is_null() {
+        return if p.optional { Ok(Value::None) } else { Err(bad()) };
+    }
+    let int = |v: &J| v.as_i64().filter(|_| v.is_i64() || v.is_u64());
+    Ok(match p.ty {
+        Ty::Int => Value::Int(int(v).ok_or_else(bad)?),
+        Ty::IntList(one) => match v {
+            J::Array(items) => Value::Ints(items.iter().map(|x| int(x).ok_or_else(bad)).collect::<std::result::Result<_, _>>()?),
+            _ if one.is_some() => Value::Ints(vec![int(v).ok_or_else(bad)?]),
+            _ => return Err(bad()),
+        },
+        Ty::Float => Value::Float(v.as_f64().filter(|_| v.is_number()).ok_or_else(bad)?),
+        Ty::Bool => Value::Bool(v.as_bool().ok_or_else(bad)?),
+        Ty::Scalar => Value::Scalar(match v {
+            J::Bool(b) => Scalar::Bool(*b),
+            J::Number(n) if n.is_i64() => Scalar::Int(n.as_i64().ok_or_else(bad)?),
+            J::Number(n) => Scalar::Float(n.as_f64().ok_or_else(bad)?),
+            _ => return Err(bad()),
+        }),
+        Ty::Str => Value::Str(v.as_str().ok_or_else(bad)?.to_string()),
+        Ty::ScalarType => Value::DType(v.as_str().and_then(|s| DType::from_name(s.as_bytes())).ok_or_else(bad)?),
+        Ty::Tensor | Ty::TensorList | Ty::Hidden => return Err(bad()),
+    })
+}
+
+/// Fits the inputs (`present[i]`: not a 0 handle) and kwargs to one overload.
+fn fit(op: &OpDef, sig: &Sig, present: &[bool], kwargs: &serde_json::Map<String, serde_json::Value>) -> std::result::Result<Vec<Value>, Miss> {
+    let name = op.name();
+    let mut args: Vec<Option<Value>> = vec![None; sig.params.len()];
+    let tensor_params: Vec<usize> = (0..sig.params.len()).filter(|&i| sig.params[i].ty.is_tensor()).collect();
+    let n = present.len();
+    let count_miss = || {
+        let names: Vec<&str> = tensor_params.iter().map(|&i| sig.params[i].name.as_str()).collect();
+        Miss::Count(format!("{name}: takes the tensor inputs ({}), got {n} input(s)", names.join(", ")))
+    };
+    match tensor_params.iter().position(|&i| sig.params[i].ty == Ty::TensorList) {
+        Some(l) => {
+            let (before, after) = (l, tensor_params.len() - l - 1);
+            if n < before + after {
+                return Err(count_miss());
+            }
+            for (k, &pi) in tensor_params.iter().enumerate() {
+                let p = &sig.params[pi];
+                if k < l || k > l {
+                    let at = if k < l { k } else { n - (tensor_params.len() - k) };
+                    if !present[at] && !p.optional {
+                        return Err(Miss::Missing(format!("{name}: input {at} ({}) is a 0 handle but is not optional", p.name)));
+                    }
+                    args[pi] = Some(if present[at] { Value::Tensor(at) } else { Value::None });
+                } else {
+                    let items: Vec<Option<usize>> = (before..n - after).map(|i| present[i].then_some(i)).collect();
+                    if !p.optional_items && items.iter().any(Option::is_none) {
+                        return Err(Miss::Missing(format!("{name}: a 0 handle in the tensor list {:?}", p.name)));
+                    }
+                    args[pi] = Some(Value::Tensors(items));
+                }
+            }
+        }
+        None => {
+            if n > tensor_params.len() {
+                return Err(count_miss());
+            }
+            for (k, &pi) in tensor_params.iter().enumerate() {
+                let p = &sig.params[pi];
+                if k < n && present[k] {
+                    args[pi] = Some(Value::Tensor(k));
+                } else if p.optional {
+                    args[pi] = Some(Value::None);
+                } else if k < n {
+                    return Err(Miss::Missing(format!("{name}: input {k} ({}) is a 0 handle but is not optional", p.name)));
+                }
+            }
+        }
+    }
+    for (k, v) in kwargs {
+        let Some(pi) = sig.param(k) else {
+            let known: Vec<&str> = op.sigs.iter().flat_map(|s| &s.params).filter(|p| !p.ty.is_tensor() && p.ty != Ty::Hidden).map(|p| p.name.as_str()).collect();
+            let mut known = known;
+            known.dedup();
+            return Err(Miss::Unknown(format!("{name}: unknown argument {k:?} ({})", if known.is_empty() { "it takes none".to_string() } else { format!("its arguments: {}", known.join(", ")) })));
+        };
+        let p = &sig.params[pi];
+        if p.ty.is_tensor() {
+            return Err(Miss::Count(format!("{name}: {k:?} is a tensor input here; pass it in `inputs`")));
+        }
+        if p.ty == Ty::Hidden {
+            return Err(Miss::Unknown(format!("{name}: argument {k:?} is not supported by this library")));
+        }
+        args[pi] = Some(convert(name, p, v)?);
+    }
+    sig.params
+        .iter()
+        .zip(args)
+        .map(|(p, a)| match a {
+            Some(v) => Ok(v),
+            None => match &p.default {
+                Some(d) => Ok(d.clone()),
+                None if p.ty == Ty::Hidden => Ok(Value::None),
+                None if p.ty.is_tensor() => Err(count_miss()),
+                None => Err(Miss::Missing(format!("{name}: missing argument {:?} ({})", p.name, p.ty.name()))),
+            },
+        })
+        .collect()
+}
+
+fn resolve(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Resolved> {
+    let map = match kwargs.map(str::trim) {
+        None | Some("") => serde_json::Map::new(),
+        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(m)) => m,
+            Ok(v) => crate::bail!(E_INVALID_ARG, "{}: kwargs must be a JSON object, got {}", op.name(), json_kind(&v)),
+            Err(e) => crate::bail!(E_INVALID_ARG, "{}: kwargs are not valid JSON: {e}", op.name()),
+        },
+    };
+    let mut best: Option<Miss> = None;
+    for (i, sig) in op.sigs.iter().enumerate() {
+        match fit(op, sig, present, &map) {
+            Ok(args) => return Ok(Resolved { sig: i, args }),
+            Err(m) => {
+                if best.as_ref().is_none_or(|b| m > *b) {
+                    best = Some(m);
+                }
+            }
+        }
+    }
+    let m = best.expect("every op has an overload");
+    crate::bail!(E_INVALID_ARG, "{}", m.text())
+}
+
+/// Parsed calls, per thread: (op, input pattern) -> kwargs text -> resolution.
+type Cache = HashMap<(usize, u64, usize), HashMap<Box<str>, Rc<Resolved>>>;
+const CACHE_CAP: usize = 4096;
+
+thread_local! {
+    static CACHE: RefCell<(Cache, usize)> = RefCell::new((HashMap::new(), 0));
+}
+
+fn resolve_cached(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Rc<Resolved>> {
+    let mask = present.iter().take(64).enumerate().fold(0u64, |m, (i, &p)| m | (u64::from(p) << i));
+    let key = (op.index, mask, present.len());
+    let text = kwargs.unwrap_or("");
+    let hit = CACHE.with(|c| c.borrow().0.get(&key).and_then(|m| m.get(text)).cloned());
+    if let Some(r) = hit {
+        return Ok(r);
+    }
+    let r = Rc::new(resolve(op, present, kwargs)?);
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.1 >= CACHE_CAP {
+            *c = (HashMap::new(), 0);
+        }
+        c.0.entry(key).or_default().insert(text.into(), r.clone());
+        c.1 += 1;
+    });
+    Ok(r)
+}
+
+/// Parameters holding dims of the first tensor input, normalised here.
+const DIM_PARAMS: [&str; 9] = ["dim", "dims", "dim0", "dim1", "dim2", "start_dim", "end_dim", "source", "destination"];
+
+/// Ops whose `dim` may name the new dim of the result (`[-rank-1, rank]`).
+fn new_dim(op: &str) -> bool {
+    matches!(op, "unsqueeze" | "stack")
+}
+
+/// Inputs whose dtype the op's rule does not govern (indices, masks, conditions).
+fn exempt(p: &str) -> bool {
+    matches!(p, "index" | "indices" | "mask" | "condition" | "sorter" | "sorted_sequence")
+}
+
+/// Checks and completes a resolved call against the inputs: dims
+/// normalised, dtypes accepted, elementwise shapes broadcast. Returns the
+/// result dtype for elementwise ops.
+fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> Result<Option<DType>> {
+    let name = op.name();
+    let first = sig.params.iter().zip(args.iter()).find_map(|(p, v)| match v {
+        Value::Tensor(i) if p.ty == Ty::Tensor => ts[*i],
+        Value::Tensors(items) => items.iter().flatten().next().and_then(|&i| ts[i]),
+        _ => None,
+    });
+    if let Some(t) = first {
+        let mut shape = imp::shape(&t.raw);
+        if new_dim(name) {
+            shape.push(1);
+        }
+        for (p, v) in sig.params.iter().zip(args.iter_mut()) {
+            if !DIM_PARAMS.contains(&p.name.as_str()) {
+                continue;
+            }
+            match v {
+                Value::Int(d) => *d = vocab::norm_dim(name, *d, &shape)?,
+                Value::Ints(ds) => {
+                    for d in ds.iter_mut() {
+                        *d = vocab::norm_dim(name, *d, &shape)?;
+                    }
+                    let mut sorted = ds.clone();
+                    sorted.sort_unstable();
+                    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                        crate::bail!(E_SHAPE, "{name}: dim {} appears multiple times in {:?}", w[0], p.name);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let row = op.row;
+    let governed = || {
+        sig.params.iter().zip(args.iter()).filter(|(p, _)| !exempt(&p.name)).flat_map(|(_, v)| match v {
+            Value::Tensor(i) => vec![*i],
+            Value::Tensors(items) => items.iter().flatten().copied().collect(),
+            _ => vec![],
+        })
+    };
+    if row.kind != Kind::Pointwise {
+        for i in governed() {
+            let Some(t) = ts[i] else { continue };
+            let d = imp::dtype(&t.raw)?;
+            if !row.accept.allows(d) {
+                crate::bail!(E_DTYPE, "{name}: {} is not supported (it takes {})", d.name(), row.accept.describe());
+            }
+        }
+        return Ok(None);
+    }
+    // Elementwise: the promoted dtype of the tensors and the numbers that take part.
+    let mut dt: Option<(DType, bool)> = None;
+    let mut shape: Vec<i64> = Vec::new();
+    for i in governed() {
+        let Some(t) = ts[i] else { continue };
+        let (d, has_dims) = (imp::dtype(&t.raw)?, !imp::shape(&t.raw).is_empty());
+        dt = Some(match dt {
+            None => (d, has_dims),
+            Some((a, a_dim)) => (vocab::promote(a, a_dim, d, has_dims), a_dim || has_dims),
+        });
+    }
+    for t in ts.iter().flatten() {
+        let s = imp::shape(&t.raw);
+        match vocab::broadcast(&shape, &s) {
+            Some(b) => shape = b,
+            None => crate::bail!(E_SHAPE, "{name}: shapes {} and {} do not broadcast", fmt(&shape), fmt(&s)),
+        }
+    }
+    const PROMOTING: [&str; 5] = ["other", "exponent", "min", "max", "self"];
+    for (p, v) in sig.params.iter().zip(args.iter()) {
+        if let (Value::Scalar(s), true) = (v, PROMOTING.contains(&p.name.as_str())) {
+            dt = Some(match dt {
+                None => (s.dtype(), false),
+                Some((a, a_dim)) => (vocab::promote_scalar(a, *s), a_dim),
+            });
+        }
+    }
+    let Some((promoted, _)) = dt else { return Ok(None) };
+    if !row.accept.allows(promoted) {
+        crate::bail!(E_DTYPE, "{name}: {} is not supported (it takes {})", promoted.name(), row.accept.describe());
+    }
+    Ok(row.out.result(promoted))
+}
+
+fn unsupported(op: &OpDef, b: backend::BackendId) -> Error {
+    crate::err!(E_UNSUPPORTED, "{}: not supported on the {} backend", op.name(), b.name())
+}
+
+/// Runs op `name` on `inputs` (0 = an optional tensor left out) with JSON
+/// `kwargs`; returns the new handles.
+pub fn run(name: &str, inputs: &[i64], kwargs: Option<&str>) -> Result<Vec<i64>> {
+    let Some(op) = vocab::find(name) else {
+        crate::bail!(E_INVALID_ARG, "unknown op {name:?} (enkai_op_schema lists the ops)");
+    };
+    let present: Vec<bool> = inputs.iter().map(|&h| h != 0).collect();
+    let resolved = resolve_cached(op, &present, kwargs)?;
+    let handles: Vec<i64> = inputs.iter().copied().filter(|&h| h != 0).collect();
+    let refs: Vec<Ref<'static, Tensor>> = TENSORS.get_many(&handles)?;
+    let mut it = refs.iter();
+    let ts: Vec<Option<&Tensor>> = present.iter().map(|&p| if p { it.next().map(|r| &**r) } else { None }).collect();
+    let live: Vec<&Tensor> = ts.iter().flatten().copied().collect();
+    let b = if live.is_empty() { backend::active_built()? } else { backend::same_backend(name, &live)? };
+    let sig = &op.sigs[resolved.sig];
+    let mut args = resolved.args.clone();
+    let out_dtype = check(op, sig, &mut args, &ts)?;
+    if b == backend::BackendId::Cpu && !op.row.native {
+        return Err(unsupported(op, b));
+    }
+    let call = Call { op, sig: resolved.sig, args: &args, out_dtype };
+    let raws: Vec<Option<&Raw>> = ts.iter().map(|t| t.map(|t| &t.raw)).collect();
+    let outs = imp::op(b, &call, &raws)?;
+    drop(refs);
+    let mut hs = Vec::with_capacity(outs.len());
+    for raw in outs {
+        match TENSORS.insert(Tensor { backend: b, raw }) {
+            Ok(h) => hs.push(h),
+            Err(e) => {
+                hs.iter().for_each(|h| drop(TENSORS.release(*h)));
+                return Err(e);
+            }
+        }
+    }
+    Ok(hs)
+}
+
+/// The table as JSON: an array with one entry per overload (its op's
+/// name, the parameters with types and defaults, the outputs,
+/// differentiability, dtype rule and the backends that run it).
+pub fn schema_json() -> String {
+    use serde_json::json;
+    let val = |v: &Value| match v {
+        Value::None | Value::Tensor(_) | Value::Tensors(_) => json!(null),
+        Value::Int(i) | Value::Scalar(Scalar::Int(i)) => json!(i),
+        Value::Ints(v) => json!(v),
+        Value::Float(f) | Value::Scalar(Scalar::Float(f)) => json!(f),
+        Value::Bool(b) | Value::Scalar(Scalar::Bool(b)) => json!(b),
+        Value::Str(s) => json!(s),
+        Value::DType(d) => json!(d.name()),
+    };
+    let mut entries = Vec::new();
+    for op in vocab::ops() {
+        for (i, s) in op.sigs.iter().enumerate() {
+            let params: Vec<serde_json::Value> = s
+                .params
+                .iter()
+                .filter(|p| p.ty != Ty::Hidden)
+                .map(|p| {
+                    let mut o = json!({"name": p.name, "type": p.ty.name(), "optional": p.optional, "kw_only": p.kw_only});
+                    if let Some(d) = &p.default {
+                        o["default"] = val(d);
+                    }
+                    o
+                })
+                .collect();
+            let returns: Vec<&str> = s
+                .returns
+                .iter()
+                .map(|r| match r {
+                    vocab::Ret::Tensor => "Tensor",
+                    vocab::Ret::TensorList => "Tensor[]",
+                    vocab::Ret::Bool => "bool",
+                })
+                .collect();
+            let mut backends = vec![];
+            if backend::BackendId::Torch.is_built() {
+                backends.push("torch");
+            }
+            if op.row.native && backend::native::opk::has_kernel(op.index, i) {
+                backends.push("cpu");
+            }
+            entries.push(json!({
+                "name": op.name(),
+                "overload": s.full_name(),
+                "signature": s.text,
+                "params": params,
+                "returns": returns,
+                "differentiable": op.row.grad,
+                "accepts": format!("{:?}", op.row.accept).to_lowercase(),
+                "pointwise": op.row.kind == Kind::Pointwise,
+                "domain": format!("{:?}", op.row.domain).to_lowercase(),
+                "cases": op.row.cases.iter().filter_map(|c| serde_json::from_str::<serde_json::Value>(c).ok()).collect::<Vec<_>>(),
+                "backends": backends,
+            }));
+        }
+    }
+    serde_json::Value::Array(entries).to_string()
+}

@@ -1,0 +1,297 @@
+//! The vocabulary both backends share, below them: the op table and its
+//! parsed schemas, the argument values a call carries, and the shape and
+//! dtype rules (broadcasting, dims, type promotion). Core checks a call
+//! against these once; the backends receive arguments already checked.
+
+pub mod schema;
+pub mod table;
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::json::write_int_list as fmt;
+pub use schema::{Param, Ret, Scalar, Sig, Ty, Value};
+pub use table::{Accept, Domain, Kind, Out, Row};
+
+/// A table row with its parsed overloads.
+pub struct OpDef {
+    pub index: usize,
+    pub row: &'static Row,
+    pub sigs: Vec<Sig>,
+}
+
+impl OpDef {
+    pub fn name(&self) -> &'static str {
+        self.row.name
+    }
+}
+
+struct Table {
+    ops: Vec<OpDef>,
+    by_name: HashMap<&'static str, usize>,
+}
+
+fn table() -> &'static Table {
+    static T: OnceLock<Table> = OnceLock::new();
+    T.get_or_init(|| {
+        let ops: Vec<OpDef> = table::SECTIONS
+            .iter()
+            .flat_map(|s| s.iter())
+            .enumerate()
+            .map(|(index, row)| OpDef {
+                index,
+                row,
+                // The rows are constants checked by the unit tests below: a bad one is a build defect.
+                sigs: row.sigs.iter().map(|s| schema::parse(s).unwrap_or_else(|e| panic!("{}", e.detail))).collect(),
+            })
+            .collect();
+        let by_name = ops.iter().map(|o| (o.row.name, o.index)).collect();
+        Table { ops, by_name }
+    })
+}
+
+pub fn ops() -> &'static [OpDef] {
+    &table().ops
+}
+
+pub fn find(name: &str) -> Option<&'static OpDef> {
+    let t = table();
+    t.by_name.get(name).map(|&i| &t.ops[i])
+}
+
+/// One checked call: the op, the overload, and one value per parameter of
+/// that overload (defaults filled in, dims normalised to `[0, rank)`), with
+/// the result dtype core derived for elementwise ops. Tensor values index
+/// the backend's input slice.
+pub struct Call<'a> {
+    pub op: &'static OpDef,
+    pub sig: usize,
+    pub args: &'a [Value],
+    pub out_dtype: Option<DType>,
+}
+
+impl Call<'_> {
+    pub fn sig(&self) -> &'static Sig {
+        &self.op.sigs[self.sig]
+    }
+
+    /// `name.overload` of the overload being run (how backends key their kernels).
+    pub fn overload(&self) -> &'static str {
+        self.sig().text.split('(').next().unwrap_or("")
+    }
+
+    fn arg(&self, name: &str) -> &Value {
+        match self.sig().param(name) {
+            Some(i) => &self.args[i],
+            None => &Value::None,
+        }
+    }
+
+    pub fn int(&self, name: &str) -> Option<i64> {
+        match self.arg(name) {
+            Value::Int(v) => Some(*v),
+            Value::Scalar(Scalar::Int(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn ints(&self, name: &str) -> Option<&[i64]> {
+        match self.arg(name) {
+            Value::Ints(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn float(&self, name: &str) -> Option<f64> {
+        match self.arg(name) {
+            Value::Float(v) => Some(*v),
+            Value::Scalar(s) => Some(s.to_f64()),
+            Value::Int(v) => Some(*v as f64),
+            _ => None,
+        }
+    }
+
+    pub fn scalar(&self, name: &str) -> Option<Scalar> {
+        match self.arg(name) {
+            Value::Scalar(s) => Some(*s),
+            _ => None,
+        }
+    }
+
+    pub fn bool(&self, name: &str) -> Option<bool> {
+        match self.arg(name) {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    pub fn str(&self, name: &str) -> Option<&str> {
+        match self.arg(name) {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn dtype(&self, name: &str) -> Option<DType> {
+        match self.arg(name) {
+            Value::DType(d) => Some(*d),
+            _ => None,
+        }
+    }
+
+    /// The input index of a Tensor parameter, when given.
+    pub fn tensor(&self, name: &str) -> Option<usize> {
+        match self.arg(name) {
+            Value::Tensor(i) => Some(*i),
+            _ => None,
+        }
+    }
+}
+
+/// The documented Python name of ATen parameter `aten` of an overload,
+/// where the two differ (`split`'s `split_size_or_sections`); a row's
+/// schema line uses the Python name.
+pub fn python_name(_overload: &str, aten: &str) -> &'static str {
+    match aten {
+        "split_size" | "split_sizes" => "split_size_or_sections",
+        _ => "",
+    }
+}
+
+// ------------------------------------------------------------- shape rules
+
+/// A dim in `[-rank, rank)` (or `[-1, 0]` for a 0-dim tensor, as PyTorch allows), normalised.
+pub fn norm_dim(op: &str, dim: i64, s: &[i64]) -> Result<i64> {
+    let rank = (s.len() as i64).max(1);
+    if dim < -rank || dim >= rank {
+        crate::bail!(E_SHAPE, "{op}: dim {dim} is out of range for shape {}", fmt(s));
+    }
+    Ok(if dim < 0 { dim + rank } else { dim })
+}
+
+/// NumPy broadcasting of two shapes, or `None` when they do not fit.
+pub fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
+    let n = a.len().max(b.len());
+    let at = |s: &[i64], i: usize| if i + s.len() >= n { s[i + s.len() - n] } else { 1 };
+    (0..n)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------- dtype rules
+
+fn category(d: DType) -> u8 {
+    match d {
+        DType::Bool => 0,
+        DType::U8 | DType::I32 | DType::I64 => 1,
+        _ => 2,
+    }
+}
+
+/// `torch.result_type` of two tensors: a dimensioned operand's dtype wins
+/// over a 0-dim one of the same category (bool < integer < floating).
+pub fn promote(a: DType, a_dim: bool, b: DType, b_dim: bool) -> DType {
+    match (a_dim, b_dim) {
+        (true, false) if category(a) >= category(b) => a,
+        (false, true) if category(b) >= category(a) => b,
+        _ => promote_types(a, b),
+    }
+}
+
+/// `torch.result_type(tensor, number)`: a Python number never widens a
+/// tensor of its category or above, and brings the default dtype of its
+/// category (int64, fp32) otherwise.
+pub fn promote_scalar(t: DType, s: Scalar) -> DType {
+    let sd = match s {
+        Scalar::Float(_) => DType::F32,
+        Scalar::Int(_) => DType::I64,
+        Scalar::Bool(_) => DType::Bool,
+    };
+    if category(t) >= category(sd) {
+        t
+    } else {
+        sd
+    }
+}
+
+/// `torch.promote_types`.
+pub fn promote_types(a: DType, b: DType) -> DType {
+    use DType::*;
+    if a == b {
+        return a;
+    }
+    match (a, b) {
+        (Bool, x) | (x, Bool) => x,
+        (F64, _) | (_, F64) => F64,
+        (F32, _) | (_, F32) => F32,
+        (BF16, F16) | (F16, BF16) => F32,
+        (BF16, _) | (_, BF16) => BF16,
+        (F16, _) | (_, F16) => F16,
+        (I64, _) | (_, I64) => I64,
+        (I32, _) | (_, I32) => I32,
+        (U8, U8) => U8,
+    }
+}
+
+impl Accept {
+    pub fn allows(self, d: DType) -> bool {
+        match self {
+            Accept::All => true,
+            Accept::Num => d != DType::Bool,
+            Accept::Float => d.is_float(),
+            Accept::Signed => d.is_float() || matches!(d, DType::I32 | DType::I64),
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Accept::All => "any dtype",
+            Accept::Num => "numeric dtypes (not bool)",
+            Accept::Float => "floating dtypes",
+            Accept::Signed => "floating and signed integer dtypes",
+        }
+    }
+}
+
+impl Out {
+    /// The result dtype from the promoted input dtype (`None`: the kernel decides).
+    pub fn result(self, promoted: DType) -> Option<DType> {
+        match self {
+            Out::Same => Some(promoted),
+            Out::ToFloat => Some(if promoted.is_float() { promoted } else { DType::F32 }),
+            Out::Bool => Some(DType::Bool),
+            Out::I64 => Some(DType::I64),
+            Out::Kernel => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_row_parses_and_names_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for r in super::table::SECTIONS.iter().flat_map(|s| s.iter()) {
+            assert!(seen.insert(r.name), "{} twice", r.name);
+            for s in r.sigs {
+                let sig = super::schema::parse(s).unwrap_or_else(|e| panic!("{}", e.detail));
+                assert!(r.name.replace('.', "_").starts_with(sig.name.trim_end_matches('_')) || sig.name.starts_with(r.name), "{s}");
+            }
+            if r.native {
+                let op = super::find(r.name).expect("listed");
+                assert!((0..op.sigs.len()).any(|i| crate::backend::native::opk::has_kernel(op.index, i)), "{}: no native kernel", r.name);
+            }
+            for c in r.cases {
+                let v: serde_json::Value = serde_json::from_str(c).unwrap_or_else(|e| panic!("{}: case {c}: {e}", r.name));
+                assert!(v.get("inputs").is_some_and(|i| i.is_array()), "{}: case {c}", r.name);
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! THE op table: every op of the generic entry (`enkai_op`), one row each,
+//! in one file per family (`pointwise.rs`, ...).
+//! A row gives the PyTorch name, its overloads as PyTorch's schema lines
+//! (tried in order, as PyTorch's argument parser tries them), the dtype
+//! rule, whether it is differentiable, whether the native backend runs it,
+//! and the oracle test's input domain. Everything else is derived from here:
+//! the argument parsing and checks (`crate::opcall`), the schema JSON
+//! (`enkai_op_schema`), the Python methods, the fuzzer's list, and the
+//! generated oracle suite (`python/tests/test_op_table.py`). libtorch runs
+//! each overload by its schema name; the native backend looks its kernel up
+//! by the same name (`backend::native::opk`).
+//!
+//! Adding an op: a row here, a kernel (with its backward) in
+//! `backend/native/opk/`, and nothing else (README, "Adding an op").
+
+/// Which input dtypes an op accepts (checked in core, before any backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accept {
+    /// Every dtype.
+    All,
+    /// Numbers: every dtype but bool.
+    Num,
+    /// Floating dtypes only.
+    Float,
+    /// Signed integers and floats (not bool, not uint8).
+    Signed,
+}
+
+/// The result dtype, from the inputs' promoted dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Out {
+    /// The promoted dtype.
+    Same,
+    /// Integers and bool compute in fp32 (`torch.get_default_dtype()`).
+    ToFloat,
+    /// bool (comparisons, predicates).
+    Bool,
+    /// int64 (indices, counts).
+    I64,
+    /// Decided by the kernel (shape ops, indexing, creation).
+    Kernel,
+}
+
+/// What core checks generically beyond arguments and dtypes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Elementwise over broadcast inputs: core checks that they broadcast.
+    Pointwise,
+    /// Everything else: the kernel checks its own shapes (with core's dims already normalised).
+    Other,
+}
+
+/// The oracle suite's input values for an op (`python/tests/test_op_table.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Domain {
+    /// Normal values.
+    Any,
+    /// Positive values (log, sqrt).
+    Pos,
+    /// Values in (-1, 1) (asin, acos).
+    Unit,
+    /// No oracle values: random or data-dependent results, tested by their own suite.
+    Own,
+}
+
+pub struct Row {
+    pub name: &'static str,
+    /// The oracle suite's cases for ops that are not elementwise (elementwise
+    /// ops get generated shapes): JSON objects `{"inputs": [spec, ...],
+    /// "kwargs": {...}}`, where a spec is a shape (`[3, 4]`: values of the
+    /// dtype under test) or `{"shape": [3], "dtype": "int64", "range": [0, 3]}`
+    /// (fixed-dtype inputs: indices, masks), or a list of specs (a TensorList).
+    pub cases: &'static [&'static str],
+    pub sigs: &'static [&'static str],
+    pub accept: Accept,
+    pub out: Out,
+    pub kind: Kind,
+    /// Differentiable in its floating tensor inputs.
+    pub grad: bool,
+    /// The native backend runs it (libtorch runs every row).
+    pub native: bool,
+    pub domain: Domain,
+}
+
+mod pointwise;
+
+use Domain::*;
+use Kind::*;
+
+/// The table, in sections by family; `crate::vocab::ops()` reads them in order.
+pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS];
+
+/// A one-tensor elementwise op.
+pub const fn unary(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, domain: Domain) -> Row {
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain }
+}
+
+/// An elementwise op of several tensors (or a tensor and scalars).
+pub const fn pointwise(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool) -> Row {
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain: Any }
+}
+
+/// Any other op.
+pub const fn other(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, cases: &'static [&'static str]) -> Row {
+    Row { name, cases, sigs, accept, out, kind: Other, grad, native: true, domain: Any }
+}
+
