@@ -82,13 +82,19 @@ pub struct Row {
     pub domain: Domain,
 }
 
+mod binary;
+mod create;
+mod index;
 mod pointwise;
+mod reduce;
+mod shape;
+mod sort;
 
 use Domain::*;
 use Kind::*;
 
 /// The table, in sections by family; `crate::vocab::ops()` reads them in order.
-pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS];
+pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, shape::ROWS, index::ROWS, sort::ROWS, create::ROWS];
 
 /// A one-tensor elementwise op.
 pub const fn unary(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, domain: Domain) -> Row {

@@ -4,7 +4,13 @@
 //! broadcast, and `call.out_dtype` is the result dtype of elementwise ops.
 //! Each family file lists its kernels in a `KERNELS` table.
 
+mod binary;
+mod create;
+mod index;
 mod pointwise;
+mod reduce;
+mod shape;
+mod sort;
 
 use std::sync::OnceLock;
 
@@ -17,7 +23,8 @@ pub type Kernel = fn(&Call, &[Option<&Raw>]) -> Result<Vec<Raw>>;
 fn registry() -> &'static Vec<Vec<Option<Kernel>>> {
     static R: OnceLock<Vec<Vec<Option<Kernel>>>> = OnceLock::new();
     R.get_or_init(|| {
-        let all: std::collections::HashMap<&str, Kernel> = pointwise::KERNELS.iter().copied().collect();
+        let families = [pointwise::KERNELS, binary::KERNELS, reduce::KERNELS, shape::KERNELS, index::KERNELS, sort::KERNELS, create::KERNELS];
+        let all: std::collections::HashMap<&str, Kernel> = families.iter().flat_map(|f| f.iter().copied()).collect();
         vocab::ops()
             .iter()
             .map(|o| o.sigs.iter().map(|s| all.get(s.text.split('(').next().unwrap_or("")).copied()).collect())
