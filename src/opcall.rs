@@ -393,6 +393,9 @@ pub fn schema_json() -> String {
                     if let Some(d) = &p.default {
                         o["default"] = val(d);
                     }
+                    if let Some(a) = vocab::aten_name(&p.name) {
+                        o["aten"] = json!(a);
+                    }
                     o
                 })
                 .collect();

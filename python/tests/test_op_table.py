@@ -114,9 +114,13 @@ def kwarg_variants(ov):
 
 
 def aten(ov):
+    """PyTorch's operator of an overload, taking the schema's (Python) keyword names."""
     name, _, overload = ov["overload"].partition(".")
-    packet = getattr(torch.ops.aten, name)
-    return getattr(packet, overload or "default")
+    fn = getattr(getattr(torch.ops.aten, name), overload or "default")
+    renames = {p["name"]: p["aten"] for p in ov["params"] if "aten" in p}
+    if not renames:
+        return fn
+    return lambda *a, **kw: fn(*a, **{renames.get(k, k): v for k, v in kw.items()})
 
 
 def run_both(ov, ours_in, torch_in, kw):

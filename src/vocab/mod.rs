@@ -150,14 +150,14 @@ impl Call<'_> {
     }
 }
 
-/// The documented Python name of ATen parameter `aten` of an overload,
-/// where the two differ (`split`'s `split_size_or_sections`); a row's
-/// schema line uses the Python name.
-pub fn python_name(_overload: &str, aten: &str) -> &'static str {
-    match aten {
-        "split_size" | "split_sizes" => "split_size_or_sections",
-        _ => "",
-    }
+/// ATen parameter names whose documented Python name differs, as
+/// (ATen, Python): a row's schema line uses the Python name (so `enkai_op`'s
+/// kwargs are Python's), and the schema JSON gives the ATen one as `aten`.
+pub const RENAMES: &[(&str, &str)] = &[("split_size", "split_size_or_sections"), ("split_sizes", "split_size_or_sections")];
+
+/// The ATen name of a parameter a row names `ours`.
+pub fn aten_name(ours: &str) -> Option<&'static str> {
+    RENAMES.iter().find(|r| r.1 == ours).map(|r| r.0)
 }
 
 // ------------------------------------------------------------- shape rules
