@@ -242,7 +242,7 @@ fn exempt(p: &str) -> bool {
 /// Checks and completes a resolved call against the inputs: dims
 /// normalised, dtypes accepted, elementwise shapes broadcast. Returns the
 /// result dtype for elementwise ops.
-fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> Result<Option<DType>> {
+fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> Result<(Option<DType>, Option<DType>)> {
     let name = op.name();
     let first = sig.params.iter().zip(args.iter()).find_map(|(p, v)| match v {
         Value::Tensor(i) if p.ty == Ty::Tensor => ts[*i],
@@ -290,7 +290,7 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
                 crate::bail!(E_DTYPE, "{name}: {} is not supported (it takes {})", d.name(), row.accept.describe());
             }
         }
-        return Ok(None);
+        return Ok((None, None));
     }
     // Elementwise: the promoted dtype of the tensors and the numbers that take part.
     let mut dt: Option<(DType, bool)> = None;
@@ -319,11 +319,11 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
             });
         }
     }
-    let Some((promoted, _)) = dt else { return Ok(None) };
+    let Some((promoted, _)) = dt else { return Ok((None, None)) };
     if !row.accept.allows(promoted) {
         crate::bail!(E_DTYPE, "{name}: {} is not supported (it takes {})", promoted.name(), row.accept.describe());
     }
-    Ok(row.out.result(promoted))
+    Ok((row.out.result(promoted), Some(promoted)))
 }
 
 fn unsupported(op: &OpDef, b: backend::BackendId) -> Error {
@@ -346,13 +346,19 @@ pub fn run(name: &str, inputs: &[i64], kwargs: Option<&str>) -> Result<Vec<i64>>
     let b = if live.is_empty() { backend::active_built()? } else { backend::same_backend(name, &live)? };
     let sig = &op.sigs[resolved.sig];
     let mut args = resolved.args.clone();
-    let out_dtype = check(op, sig, &mut args, &ts)?;
+    let (out_dtype, promoted) = check(op, sig, &mut args, &ts)?;
     if b == backend::BackendId::Cpu && !op.row.native {
         return Err(unsupported(op, b));
     }
-    let call = Call { op, sig: resolved.sig, args: &args, out_dtype };
+    let call = Call { op, sig: resolved.sig, args: &args, out_dtype, promoted };
     let raws: Vec<Option<&Raw>> = ts.iter().map(|t| t.map(|t| &t.raw)).collect();
-    let outs = imp::op(b, &call, &raws)?;
+    let outs = imp::op(b, &call, &raws).map_err(|e| match e.code {
+        // ATen's dtype dispatch refuses a dtype in these words ("\"round_cpu\" not
+        // implemented for 'Long'"): a dtype error, as the native backend reports it.
+        crate::error::Code::E_TORCH if e.detail.contains("not implemented for '") => crate::err!(E_DTYPE, "{name}: {}", e.detail),
+        crate::error::Code::E_TORCH => crate::err!(E_TORCH, "{name}: {}", e.detail),
+        _ => e,
+    })?;
     drop(refs);
     let mut hs = Vec::with_capacity(outs.len());
     for raw in outs {

@@ -70,6 +70,8 @@ pub struct Call<'a> {
     pub sig: usize,
     pub args: &'a [Value],
     pub out_dtype: Option<DType>,
+    /// For elementwise ops: the promoted dtype of the inputs (`torch.result_type`), which comparisons compute in.
+    pub promoted: Option<DType>,
 }
 
 impl Call<'_> {

@@ -243,6 +243,10 @@ fn gelu(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
 
 fn round_decimals(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let d = call.int("decimals").unwrap_or(0);
+    let dt = input(ins, 0).dtype();
+    if !dt.is_float() {
+        crate::bail!(E_DTYPE, "round: decimals are not implemented for {}", dt.name());
+    }
     if d == 0 {
         return round(call, ins);
     }
