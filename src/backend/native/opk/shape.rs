@@ -214,7 +214,10 @@ fn expand(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
             None => crate::bail!(E_SHAPE, "{name}: size {t} is not allowed in the new leading dim {i}"),
             Some(s) if t == -1 || t == s => (s, st),
             Some(1) if t >= 0 => (t, 0),
-            Some(s) => crate::bail!(E_SHAPE, "{name}: size {t} must match the existing size {s} at non-singleton dim {i} (target {}, tensor {})", fmt(size), fmt(x.shape())),
+            Some(s) => {
+                let (want, have) = (fmt(size), fmt(x.shape()));
+                crate::bail!(E_SHAPE, "{name}: size {t} must match the existing size {s} at non-singleton dim {i} (target {want}, tensor {have})")
+            }
         };
         shape.push(d);
         strides.push(dst);
