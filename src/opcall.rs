@@ -229,6 +229,11 @@ fn resolve_cached(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<
 /// Parameters holding dims of the first tensor input, normalised here.
 const DIM_PARAMS: [&str; 9] = ["dim", "dims", "dim0", "dim1", "dim2", "start_dim", "end_dim", "source", "destination"];
 
+/// Parameters named as dims that hold something else (tile's `dims` are repeat counts).
+fn not_dims(op: &str, param: &str) -> bool {
+    op == "tile" && param == "dims"
+}
+
 /// Ops whose `dim` may name the new dim of the result (`[-rank-1, rank]`).
 fn new_dim(op: &str) -> bool {
     matches!(op, "unsqueeze" | "stack")
@@ -246,7 +251,11 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
     let name = op.name();
     let first = sig.params.iter().zip(args.iter()).find_map(|(p, v)| match v {
         Value::Tensor(i) if p.ty == Ty::Tensor => ts[*i],
-        Value::Tensors(items) => items.iter().flatten().next().and_then(|&i| ts[i]),
+        // As torch.cat wraps dims: against the first tensor that is not a legacy 1-D empty one.
+        Value::Tensors(items) => {
+            let live = || items.iter().flatten().filter_map(|&i| ts[i]);
+            live().find(|t| imp::shape(&t.raw) != [0]).or_else(|| live().next())
+        }
         _ => None,
     });
     if let Some(t) = first {
@@ -255,7 +264,7 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
             shape.push(1);
         }
         for (p, v) in sig.params.iter().zip(args.iter_mut()) {
-            if !DIM_PARAMS.contains(&p.name.as_str()) {
+            if !DIM_PARAMS.contains(&p.name.as_str()) || not_dims(name, &p.name) {
                 continue;
             }
             match v {
@@ -263,6 +272,9 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
                 Value::Ints(ds) => {
                     for d in ds.iter_mut() {
                         *d = vocab::norm_dim(name, *d, &shape)?;
+                    }
+                    if name == "roll" {
+                        continue; // rolling a dim twice is allowed
                     }
                     let mut sorted = ds.clone();
                     sorted.sort_unstable();

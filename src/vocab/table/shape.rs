@@ -1,10 +1,154 @@
-//! The op table's shape section (see `super`).
+//! The op table's shape section (see `super`): views (sharing the input's
+//! storage, as PyTorch's), and the ops that rearrange elements into a copy.
 
-#[allow(unused_imports)]
 use super::Accept::*;
-#[allow(unused_imports)]
 use super::Out::*;
-#[allow(unused_imports)]
-use super::{other, pointwise, Row};
+use super::{other, Row};
 
-pub static ROWS: &[Row] = &[];
+pub static ROWS: &[Row] = &[
+    // ------------------------------------------------------------------ views
+    other("permute", &["permute(Tensor(a) self, int[] dims) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"dims": [2, 0, 1]}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"dims": [-1, 0]}}"#,
+        r#"{"inputs": [[]], "kwargs": {"dims": []}}"#,
+        r#"{"inputs": [[0, 3, 1]], "kwargs": {"dims": [1, 2, 0]}}"#,
+    ]),
+    other("squeeze", &[
+        "squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)",
+        "squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)",
+        "squeeze(Tensor(a) self) -> Tensor(a)",
+    ], All, Kernel, true, &[
+        r#"{"inputs": [[1, 3, 1, 4]]}"#,
+        r#"{"inputs": [[1, 3, 1, 4]], "kwargs": {"dim": -2}}"#,
+        r#"{"inputs": [[1, 3, 1, 0]], "kwargs": {"dim": [0, 1, -1]}}"#,
+        r#"{"inputs": [[]], "kwargs": {"dim": 0}}"#,
+    ]),
+    other("unsqueeze", &["unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim": 1}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim": -1}}"#,
+        r#"{"inputs": [[]], "kwargs": {"dim": -1}}"#,
+        r#"{"inputs": [[0, 2]], "kwargs": {"dim": 0}}"#,
+    ]),
+    other("expand", &["expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 1]], "kwargs": {"size": [2, 3, 4]}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"size": [-1, 4], "implicit": true}}"#,
+        r#"{"inputs": [[]], "kwargs": {"size": [2, 0]}}"#,
+        r#"{"inputs": [[1, 4]], "kwargs": {"size": [3, 5, 4]}}"#,
+    ]),
+    other("broadcast_to", &["broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 1]], "kwargs": {"size": [2, -1, 5]}}"#,
+        r#"{"inputs": [[]], "kwargs": {"size": [3]}}"#,
+    ]),
+    other("flatten", &["flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[2, 3, 4]]}"#,
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"start_dim": 1}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"start_dim": -2, "end_dim": 0}}"#,
+        r#"{"inputs": [[]]}"#,
+    ]),
+    other("unflatten", &["unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim": 1, "sizes": [2, -1]}}"#,
+        r#"{"inputs": [[6, 2]], "kwargs": {"dim": -2, "sizes": [3, 1, 2]}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim": 0, "sizes": [-1]}}"#,
+        r#"{"inputs": [[0, 4]], "kwargs": {"dim": 0, "sizes": [0, 5]}}"#,
+    ]),
+    other("narrow", &["narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim": 1, "start": 1, "length": 2}}"#,
+        r#"{"inputs": [[5, 2]], "kwargs": {"dim": -2, "start": -2, "length": 2}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim": 0, "start": 3, "length": 0}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim": 0, "start": -3, "length": 3}}"#,
+    ]),
+    other("select", &["select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim": 1, "index": -1}}"#,
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"dim": 1, "index": 2}}"#,
+        r#"{"inputs": [[4]], "kwargs": {"dim": 0, "index": 3}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim": 0, "index": -3}}"#,
+    ]),
+    other("split", &[
+        "split.Tensor(Tensor(a -> *) self, SymInt split_size_or_sections, int dim=0) -> Tensor(a)[]",
+        "split.sizes(Tensor(a -> *) self, SymInt[] split_size_or_sections, int dim=0) -> Tensor(a)[]",
+    ], All, Kernel, true, &[
+        r#"{"inputs": [[5, 4]], "kwargs": {"split_size_or_sections": 2}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"split_size_or_sections": [1, 0, 3], "dim": -1}}"#,
+        r#"{"inputs": [[3, 0]], "kwargs": {"split_size_or_sections": 0, "dim": 1}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"split_size_or_sections": 9, "dim": 1}}"#,
+    ]),
+    other("chunk", &["chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]"], All, Kernel, true, &[
+        r#"{"inputs": [[5, 4]], "kwargs": {"chunks": 2}}"#,
+        r#"{"inputs": [[3, 6]], "kwargs": {"chunks": 4, "dim": -1}}"#,
+        r#"{"inputs": [[3, 0]], "kwargs": {"chunks": 3, "dim": 1}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"chunks": 5}}"#,
+    ]),
+    other("diagonal", &["diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]]}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"offset": -1, "dim1": 1, "dim2": 0}}"#,
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"offset": 2, "dim1": -1, "dim2": 1}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"offset": 7}}"#,
+    ]),
+    other("movedim", &[
+        "movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)",
+        "movedim.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)",
+    ], All, Kernel, true, &[
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"source": 0, "destination": -1}}"#,
+        r#"{"inputs": [[2, 3, 4, 5]], "kwargs": {"source": [3, 0], "destination": [1, 3]}}"#,
+        r#"{"inputs": [[]], "kwargs": {"source": 0, "destination": -1}}"#,
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"source": [], "destination": []}}"#,
+    ]),
+    // ------------------------------------------------------------ copies
+    other("stack", &["stack(Tensor[] tensors, int dim=0) -> Tensor"], All, Kernel, true, &[
+        r#"{"inputs": [[[3, 4], [3, 4], [3, 4]]], "kwargs": {"dim": 1}}"#,
+        r#"{"inputs": [[[3, 4], [3, 4]]], "kwargs": {"dim": -1}}"#,
+        r#"{"inputs": [[[], []]]}"#,
+        r#"{"inputs": [[[3, 4]]], "kwargs": {"dim": 2}}"#,
+    ]),
+    other("cat", &["cat(Tensor[] tensors, int dim=0) -> Tensor"], All, Kernel, true, &[
+        r#"{"inputs": [[[3, 4], [2, 4], [0, 4]]]}"#,
+        r#"{"inputs": [[[3, 4], [3, 1], [3, 2]]], "kwargs": {"dim": -1}}"#,
+        r#"{"inputs": [[[0], [3, 4], [3, 4]]], "kwargs": {"dim": -1}}"#,
+        r#"{"inputs": [[[3, 4], {"shape": [3, 2], "dtype": "int64", "range": [-5, 5]}, {"shape": [3, 1], "dtype": "bool"}]], "kwargs": {"dim": 1}}"#,
+    ]),
+    other("repeat", &["repeat(Tensor self, SymInt[] repeats) -> Tensor"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"repeats": [2, 3]}}"#,
+        r#"{"inputs": [[3, 1]], "kwargs": {"repeats": [2, 1, 0]}}"#,
+        r#"{"inputs": [[]], "kwargs": {"repeats": [3, 2]}}"#,
+        r#"{"inputs": [[0, 4]], "kwargs": {"repeats": [1, 1]}}"#,
+    ]),
+    other("tile", &["tile(Tensor self, SymInt[] dims) -> Tensor"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"dims": [2]}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"dims": [2, 1, 3]}}"#,
+        r#"{"inputs": [[]], "kwargs": {"dims": []}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"dims": [0, 2]}}"#,
+    ]),
+    other("flip", &["flip(Tensor self, int[] dims) -> Tensor"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"dims": [0, -1]}}"#,
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"dims": [1]}}"#,
+        r#"{"inputs": [[]], "kwargs": {"dims": [0]}}"#,
+        r#"{"inputs": [[0, 3]], "kwargs": {"dims": [1, 0]}}"#,
+    ]),
+    other("roll", &["roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"shifts": [5]}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"shifts": [-1, 6], "dims": [1, 0]}}"#,
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"shifts": [1, 2], "dims": [-1, -1]}}"#,
+        r#"{"inputs": [[0, 3]], "kwargs": {"shifts": [2], "dims": [0]}}"#,
+    ]),
+    other("contiguous", &["contiguous(Tensor(a) self, *, MemoryFormat memory_format=0) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]]}"#,
+        r#"{"inputs": [[]]}"#,
+    ]),
+    other("clone", &["clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]]}"#,
+        r#"{"inputs": [[]]}"#,
+        r#"{"inputs": [[2, 0, 3]]}"#,
+    ]),
+    other("tril", &["tril(Tensor self, SymInt diagonal=0) -> Tensor"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]]}"#,
+        r#"{"inputs": [[2, 4, 3]], "kwargs": {"diagonal": -1}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"diagonal": 2}}"#,
+        r#"{"inputs": [[0, 1, 2]], "kwargs": {"diagonal": 1}}"#,
+    ]),
+    other("triu", &["triu(Tensor self, SymInt diagonal=0) -> Tensor"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]]}"#,
+        r#"{"inputs": [[2, 4, 3]], "kwargs": {"diagonal": 1}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"diagonal": -5}}"#,
+        r#"{"inputs": [[0, 3]]}"#,
+    ]),
+];
