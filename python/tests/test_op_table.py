@@ -56,8 +56,9 @@ def values(rng, shape, dtype, domain):
 
 def pair(a, dtype, layout):
     """The same values as (ours, torch's), laid out as `layout` says."""
-    t = torch.from_numpy(np.ascontiguousarray(a))
-    ours = et.from_numpy(np.ascontiguousarray(a))
+    a = np.array(a, order="C")  # keeps a 0-dim array 0-dim (ascontiguousarray makes it 1-dim)
+    t = torch.from_numpy(a.copy())
+    ours = et.from_numpy(a)
     if dtype in ("fp16", "bf16"):
         t = t.to(DTYPES[dtype])
         ours = ours.to_dtype(dtype)

@@ -45,7 +45,7 @@ pub static ROWS: &[Row] = &[
     ]),
     other("index_copy", &["index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor"], All, Kernel, true, &[
         r#"{"inputs": [[3, 4], {"shape": [1], "dtype": "int64", "range": [0, 4]}, [3, 1]], "kwargs": {"dim": 1}}"#,
-        r#"{"inputs": [[3, 4], {"shape": [1], "dtype": "int64", "range": [0, 3]}, []], "kwargs": {"dim": -2}}"#,
+        r#"{"inputs": [[4], {"shape": [1], "dtype": "int64", "range": [-4, 4]}, []], "kwargs": {"dim": -1}}"#,
         r#"{"inputs": [[3, 4], {"shape": [1], "dtype": "int32", "range": [0, 3]}, [1, 4]], "kwargs": {"dim": 0}}"#,
     ]),
     other("index_put", &["index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor"], All, Kernel, true, &[

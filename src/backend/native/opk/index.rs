@@ -164,23 +164,49 @@ fn gather_raw(op: &str, x: &Raw, d: usize, index: &Raw, wrap: bool) -> Result<Ra
         let (po, pi, px) = (Ptr::<T>::of(&out), Ptr::<I>::of(index), Ptr::<T>::of(x));
         let (n, [so, si, sx]) = (w.inner as isize, w.inner_strides);
         w.par_rows([0, 0, 0], |[o, i, s]| {
-            for k in 0..n {
-                // SAFETY: offsets come from the views' shapes and strides; `v` is checked against the size.
-                unsafe {
-                    let v = cast::<I, i64>(*pi.at(i + k * si));
-                    let v = if wrap { v.rem_euclid(size) } else { v };
-                    if !(0..size).contains(&v) {
-                        bad.store(true, Relaxed);
-                        badv.store(v, Relaxed);
-                        return;
-                    }
-                    *po.at(o + k * so) = *px.at(s + k * sx + v as isize * step);
-                }
+            // SAFETY: offsets come from the views' shapes and strides.
+            let r = unsafe { gather_row(po.at(o), so, pi.at(i), si, px.at(s), sx, n, step, size, wrap) };
+            if let Err(v) = r {
+                bad.store(true, Relaxed);
+                badv.store(v, Relaxed);
             }
         });
     }));
     out_of_bounds(op, &bad, &badv, d, size)?;
     Ok(out)
+}
+
+/// One row of a gather, with its pointers in locals so the loads of
+/// consecutive elements overlap (a random gather waits on memory otherwise).
+/// `Err(v)` on an index `v` outside `[0, size)`.
+///
+/// # Safety
+/// The pointers and strides address `n` elements of live views, and
+/// `x + k * sx + v * step` is inside `x`'s view for every `v` in `[0, size)`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn gather_row<T: Elem, I: Elem>(o: *mut T, so: isize, i: *mut I, si: isize, x: *mut T, sx: isize, n: isize, step: isize, size: i64, wrap: bool) -> std::result::Result<(), i64> {
+    if (so, si, sx, wrap) == (1, 1, 0, false) {
+        let (dst, idx) = (std::slice::from_raw_parts_mut(o, n as usize), std::slice::from_raw_parts(i, n as usize));
+        for (d, &v) in dst.iter_mut().zip(idx) {
+            let v = cast::<I, i64>(v);
+            // One unsigned compare also refuses negatives.
+            if v as u64 >= size as u64 {
+                return Err(v);
+            }
+            *d = *x.offset(v as isize * step);
+        }
+        return Ok(());
+    }
+    for k in 0..n {
+        let v = cast::<I, i64>(*i.offset(k * si));
+        let v = if wrap { v.rem_euclid(size) } else { v };
+        if !(0..size).contains(&v) {
+            return Err(v);
+        }
+        *o.offset(k * so) = *x.offset(k * sx + v as isize * step);
+    }
+    Ok(())
 }
 
 /// `out[p with p[d] = index[p]] (red)= src[p]` over the positions of `index`,
