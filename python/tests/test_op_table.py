@@ -58,8 +58,8 @@ def values(rng, shape, dtype, domain):
 
 def pair(a, dtype, layout):
     """The same values as (ours, torch's), laid out as `layout` says."""
-    a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes a 0-d array 1-D
-    t = torch.from_numpy(a)
+    a = np.array(a, order="C")  # keeps a 0-dim array 0-dim (ascontiguousarray makes it 1-dim)
+    t = torch.from_numpy(a.copy())
     ours = et.from_numpy(a)
     if dtype in ("fp16", "bf16"):
         t = t.to(DTYPES[dtype])
@@ -159,7 +159,7 @@ def pointwise_cases(ov):
 def refusal(fn):
     try:
         return fn(), None
-    except (RuntimeError, NotImplementedError, TypeError) as e:
+    except (RuntimeError, NotImplementedError, TypeError, IndexError) as e:
         return None, e
 
 
@@ -189,6 +189,7 @@ def test_pointwise_op(name, backend):
     assert checked > 0
 
 
+# Other ops' gradients are checked over their cases (check_case_grad).
 @pytest.mark.parametrize("name", [n for n in OPS if any(o["differentiable"] and o["pointwise"] for o in overloads(n))])
 def test_gradient(name, backend):
     """d(sum(op(x) * w))/dx against torch.autograd.grad, for each floating input."""
@@ -272,8 +273,10 @@ def test_methods_and_functions_come_from_the_schema(backend):
 # ---------------------------------------------------------------- other ops
 
 def build_input(rng, spec, dtype, domain, layout):
-    """(ours, torch's) for one case input spec; lists give TensorLists."""
-    if isinstance(spec, list) and spec and isinstance(spec[0], (list, dict)):
+    """(ours, torch's) for one case input spec; lists give TensorLists; null an item left out."""
+    if spec is None:
+        return None, None
+    if isinstance(spec, list) and spec and not any(isinstance(s, int) for s in spec):
         pairs = [build_input(rng, s, dtype, domain, layout) for s in spec]
         return [p[0] for p in pairs], [p[1] for p in pairs]
     if isinstance(spec, dict):
@@ -292,12 +295,25 @@ def build_input(rng, spec, dtype, domain, layout):
     return pair(values(rng, base_shape(shape, lay), dtype, domain), dtype, lay)
 
 
-def fits(ov, kw):
-    """Whether a case's kwargs select this overload (names, and a list exactly where a list is taken), as enkai_op resolves them."""
-    params = {p["name"]: p for p in ov["params"] if p["type"] not in ("Tensor", "Tensor[]")}
-    if any(k not in params or isinstance(v, list) != params[k]["type"].endswith("[]") for k, v in kw.items()):
+def fits(ov, case):
+    """Whether a case is for this overload, as enkai_op resolves it: a row's
+    cases cover all its overloads; the inputs must fill its tensor
+    parameters, and the kwargs must name its other parameters (a list
+    exactly where a list is taken) and give every required one."""
+    tensors = [p for p in ov["params"] if p["type"] in ("Tensor", "Tensor[]")]
+    other = {p["name"]: p for p in ov["params"] if p["type"] not in ("Tensor", "Tensor[]")}
+    kw = case.get("kwargs", {})
+    if any(k not in other or isinstance(v, list) != other[k]["type"].endswith("[]") for k, v in kw.items()):
         return False
-    return all(k in kw or "default" in p or p["optional"] for k, p in params.items())
+    required = {n for n, p in other.items() if "default" not in p and not p["optional"]}
+    return len(case["inputs"]) == len(tensors) and required <= set(kw)
+
+
+def call_aten(ov, inputs, kw):
+    """PyTorch's overload with the case's tensors bound by parameter name (a
+    Scalar or int parameter may come between them, as `dim` in gather)."""
+    names = [p["name"] for p in ov["params"] if p["type"] in ("Tensor", "Tensor[]")]
+    return aten(ov)(**dict(zip(names, inputs)), **kw)
 
 
 def results(x):
@@ -314,15 +330,15 @@ def test_op_cases(name, backend):
         if backend not in ov["backends"] or ov["domain"] == "own":
             continue
         for case in ov["cases"]:
-            kw = case.get("kwargs", {})
-            if not fits(ov, kw):
+            if not fits(ov, case):
                 continue
+            kw = case.get("kwargs", {})
             for dtype in DTYPES:
                 for layout in ("contiguous", "transposed"):
                     built = [build_input(rng, s, dtype, ov["domain"], layout) for s in case["inputs"]]
                     ours_in, torch_in = [b[0] for b in built], [b[1] for b in built]
                     what = f"{ov['overload']} {dtype} {layout} {case}"
-                    ref, err = refusal(lambda: aten(ov)(*torch_in, **kw))
+                    ref, err = refusal(lambda: call_aten(ov, torch_in, kw))
                     if err is not None:
                         with pytest.raises(et.EnkaiError) as e:
                             et.op(name, *ours_in, **kw)
@@ -345,23 +361,31 @@ def check_case_grad(rng, ov, case, kw):
     for dtype in ("fp32", "fp64"):
         built = [build_input(rng, s, dtype, ov["domain"], "contiguous") for s in case["inputs"]]
         ours_in, torch_in = [b[0] for b in built], [b[1] for b in built]
-        flat_t = [t for x in torch_in for t in (x if isinstance(x, list) else [x])]
-        flat_o = [t for x in ours_in for t in (x if isinstance(x, list) else [x])]
+        flat_t = [t for x in torch_in for t in (x if isinstance(x, list) else [x]) if t is not None]
+        flat_o = [t for x in ours_in for t in (x if isinstance(x, list) else [x]) if t is not None]
         diff = [i for i, t in enumerate(flat_t) if t.dtype == DTYPES[dtype]]
         for i in diff:
             flat_t[i].requires_grad_()
             flat_o[i].require_grad()
-        refs = [r for r in results(aten(ov)(*torch_in, **kw)) if isinstance(r, torch.Tensor) and r.dtype.is_floating_point]
+        refs, err = refusal(lambda: call_aten(ov, torch_in, kw))
+        if err is not None:
+            return
+        refs = [r for r in results(refs) if isinstance(r, torch.Tensor) and r.dtype.is_floating_point]
         if not refs or not diff:
             return
         ws = [values(rng, list(r.shape), dtype, "any") for r in refs]
         loss = sum((r * torch.from_numpy(w)).sum() for r, w in zip(refs, ws))
-        grads = torch.autograd.grad(loss, [flat_t[i] for i in diff], allow_unused=True)
+        grads, err = refusal(lambda: torch.autograd.grad(loss, [flat_t[i] for i in diff], allow_unused=True))
         got = [g for g in results(et.op(ov["name"], *ours_in, **kw)) if g.dtype in ("fp32", "fp64")]
         total = None
         for g, w in zip(got, ws):
             term = (g * et.from_numpy(w)).sum()
             total = term if total is None else total + term
+        if err is not None:
+            # PyTorch has no derivative here (scatter with reduce): ours refuses too.
+            with pytest.raises(et.EnkaiError):
+                total.backward()
+            return
         total.backward()
         for i, g_ref in zip(diff, grads):
             if g_ref is not None:

@@ -89,7 +89,7 @@ char* enkai_shim_op_call(void* op, const EnkaiArg* args, size_t n, at::Tensor** 
     torch::jit::Stack stack;
     stack.reserve(schema.size());
     for (size_t i = 0; i < schema.size(); i++) {
-      if (i < n) {
+      if (i < n && args[i].tag != 10) {  // 10: the operator's own default
         stack.push_back(to_ivalue(args[i]));
       } else if (schema[i].default_value()) {
         stack.push_back(*schema[i].default_value());

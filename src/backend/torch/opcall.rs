@@ -32,6 +32,8 @@ const ARG_STR: i32 = 6;
 const ARG_DTYPE: i32 = 7;
 const ARG_TENSORS: i32 = 8;
 const ARG_OPT_TENSORS: i32 = 9;
+/// A parameter the ABI hides (Layout, Device, MemoryFormat...): the operator's default.
+const ARG_DEFAULT: i32 = 10;
 
 extern "C" {
     fn enkai_shim_op_find(name: *const c_char, overload: *const c_char, err: *mut *mut c_char) -> *mut c_void;
@@ -108,6 +110,7 @@ pub fn run(call: &Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
         .map(|((v, p), list)| {
             let a = |tag, i, f, p: *const c_void, n| EnkaiArg { tag, i, f, p, n };
             match v {
+                _ if p.ty == crate::vocab::Ty::Hidden => a(ARG_DEFAULT, 0, 0.0, std::ptr::null(), 0),
                 Value::None => a(ARG_NONE, 0, 0.0, std::ptr::null(), 0),
                 Value::Tensor(i) => a(ARG_TENSOR, 0, 0.0, ptr(*i), 0),
                 Value::Tensors(_) => a(if p.optional_items { ARG_OPT_TENSORS } else { ARG_TENSORS }, 0, 0.0, list.as_ptr().cast(), list.len()),
