@@ -456,12 +456,11 @@ fn std(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
 fn logsumexp(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let x0 = input(ins, 0);
     let x = if x0.dtype().is_float() { x0.clone() } else { convert(x0, DType::F32)? };
-    let dims = call.ints("dim").unwrap_or(&[]);
-    if dims.is_empty() && x.dim() > 0 {
-        // PyTorch reduces nothing into a 0-dim result, a shape mismatch it refuses.
-        crate::bail!(E_SHAPE, "logsumexp: dim must name at least one dim");
+    if dims_or_all(call).is_none() && !keepdim(call) && x.dim() > 0 && x.numel() > 0 {
+        // PyTorch computes `dim=[]` as all dims kept, then fails to write that into its 0-dim result.
+        crate::bail!(E_SHAPE, "logsumexp: with dim=[], the result of shape [] does not take the reduction's shape (pass keepdim=True)");
     }
-    let red = Red::new(&x, Some(dims), keepdim(call));
+    let red = Red::new(&x, dims_or_all(call), keepdim(call));
     let xs = lanes::<f64>(&x, &red)?;
     let ys = fold(&xs, &red, |_, l: &[f64]| {
         // Shifted by the max, unless it is infinite (then the sum gives ±inf or NaN itself).
