@@ -227,18 +227,8 @@ fn sum_rows(x: &Raw, red: &Red, mean: bool) -> Option<Result<Raw>> {
         return None;
     }
     let div = if mean { red.r as f64 } else { 1.0 };
-    let sums = with_float!(x.dtype(), T => {
-        let (xs, r) = (x.slice::<T>(), red.r);
-        let mut out = vec![0f64; red.n];
-        let po = Ptr(out.as_mut_ptr());
-        split(red.n, r, |lo, hi| {
-            for i in lo..hi {
-                // SAFETY: `i < n`; each range writes its own outputs.
-                unsafe { *po.at(i as isize) = row_sum(&xs[i * r..(i + 1) * r]) / div };
-            }
-        });
-        out
-    }, _ => return None);
+    // The rows are the lanes already.
+    let sums = with_float!(x.dtype(), T => fold(x, red, |_, l: &[T]| row_sum(l) / div), _ => return None);
     Some(write(&sums, &red.out, x.dtype()))
 }
 
