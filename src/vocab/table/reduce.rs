@@ -12,6 +12,7 @@ const SCALAR: &str = r#"{"inputs": [[]], "kwargs": {"dim": [0]}}"#;
 const WHOLE: &str = r#"{"inputs": [[3, 4]]}"#;
 const WHOLE0: &str = r#"{"inputs": [[]]}"#;
 const WHOLE_EMPTY: &str = r#"{"inputs": [[0, 3]]}"#;
+const DIMS3: &str = r#"{"inputs": [[2, 3, 4]], "kwargs": {"dim": [0, 2]}}"#;
 const ONE: &str = r#"{"inputs": [[3, 4]], "kwargs": {"dim": 1}}"#;
 const ONE_KEEP: &str = r#"{"inputs": [[3, 4]], "kwargs": {"dim": -2, "keepdim": true}}"#;
 const ONE_EMPTY: &str = r#"{"inputs": [[0, 3]], "kwargs": {"dim": 1}}"#;
@@ -24,7 +25,7 @@ pub static ROWS: &[Row] = &[
         All,
         Kernel,
         true,
-        &[DIM1, DIMS_KEEP, EMPTY, SCALAR, WHOLE, WHOLE_EMPTY],
+        &[DIM1, DIMS_KEEP, DIMS3, EMPTY, SCALAR, WHOLE, WHOLE_EMPTY],
     ),
     other(
         "mean",
@@ -32,7 +33,7 @@ pub static ROWS: &[Row] = &[
         All,
         Kernel,
         true,
-        &[DIM1, DIMS_KEEP, EMPTY, SCALAR, WHOLE, WHOLE0],
+        &[DIM1, DIMS_KEEP, DIMS3, EMPTY, SCALAR, WHOLE, WHOLE0],
     ),
     other(
         "prod",
@@ -42,8 +43,8 @@ pub static ROWS: &[Row] = &[
         true,
         &[ONE, ONE_KEEP, ONE_EMPTY, ONE0, WHOLE, WHOLE_EMPTY],
     ),
-    other("amax", &["amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"], All, Same, true, &[DIM1, DIMS_KEEP, EMPTY, EMPTY_KEPT, SCALAR, WHOLE]),
-    other("amin", &["amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"], All, Same, true, &[DIM1, DIMS_KEEP, EMPTY, EMPTY_KEPT, SCALAR, WHOLE]),
+    other("amax", &["amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"], All, Same, true, &[DIM1, DIMS_KEEP, DIMS3, EMPTY, EMPTY_KEPT, SCALAR, WHOLE]),
+    other("amin", &["amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"], All, Same, true, &[DIM1, DIMS_KEEP, DIMS3, EMPTY, EMPTY_KEPT, SCALAR, WHOLE]),
     other("argmax", &["argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"], Num, I64, false, &[ONE, ONE_KEEP, ONE_EMPTY, ONE0, WHOLE, WHOLE_EMPTY]),
     other("argmin", &["argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"], Num, I64, false, &[ONE, ONE_KEEP, ONE_EMPTY, ONE0, WHOLE, WHOLE_EMPTY]),
     other(
@@ -74,6 +75,7 @@ pub static ROWS: &[Row] = &[
         &[
             DIM1,
             DIMS_KEEP,
+            DIMS3,
             WHOLE,
             EMPTY,
             r#"{"inputs": [[3, 4]], "kwargs": {"dim": [0], "correction": 0}}"#,
@@ -92,13 +94,14 @@ pub static ROWS: &[Row] = &[
         &[
             DIM1,
             DIMS_KEEP,
+            DIMS3,
             WHOLE,
             EMPTY,
             r#"{"inputs": [[3, 4]], "kwargs": {"dim": [0], "correction": 2}}"#,
             r#"{"inputs": [[3, 4]], "kwargs": {"dim": [1], "unbiased": false, "keepdim": true}}"#,
         ],
     ),
-    other("logsumexp", &["logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor"], All, ToFloat, true, &[DIM1, DIMS_KEEP, EMPTY, SCALAR]),
+    other("logsumexp", &["logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor"], All, ToFloat, true, &[DIM1, DIMS_KEEP, DIMS3, EMPTY, SCALAR]),
     other(
         "norm",
         &["norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor", "norm.Scalar(Tensor self, Scalar p=2) -> Tensor"],
