@@ -51,6 +51,19 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// A dtype by this library's name or PyTorch's (`"fp32"` or `"float32"`).
+fn dtype_name(s: &str) -> Option<DType> {
+    DType::from_name(s.trim_start_matches("torch.").as_bytes()).or(match s.trim_start_matches("torch.") {
+        "float32" | "float" => Some(DType::F32),
+        "float64" | "double" => Some(DType::F64),
+        "float16" | "half" => Some(DType::F16),
+        "bfloat16" => Some(DType::BF16),
+        "long" => Some(DType::I64),
+        "int" => Some(DType::I32),
+        _ => None,
+    })
+}
+
 /// A JSON value as an argument of type `p`.
 fn convert(op: &str, p: &vocab::Param, v: &serde_json::Value) -> std::result::Result<Value, Miss> {
     use serde_json::Value as J;
@@ -80,16 +93,15 @@ fn convert(op: &str, p: &vocab::Param, v: &serde_json::Value) -> std::result::Re
             _ if one.is_some() => Value::Ints(vec![int(v).ok_or_else(bad)?]),
             _ => return Err(bad()),
         },
-        Ty::Float => Value::Float(v.as_f64().filter(|_| v.is_number()).ok_or_else(bad)?),
+        Ty::Float => Value::Float(number(v).ok_or_else(bad)?),
         Ty::Bool => Value::Bool(v.as_bool().ok_or_else(bad)?),
         Ty::Scalar => Value::Scalar(match v {
             J::Bool(b) => Scalar::Bool(*b),
             J::Number(n) if n.is_i64() => Scalar::Int(n.as_i64().ok_or_else(bad)?),
-            J::Number(n) => Scalar::Float(n.as_f64().ok_or_else(bad)?),
-            _ => return Err(bad()),
+            _ => Scalar::Float(number(v).ok_or_else(bad)?),
         }),
         Ty::Str => Value::Str(v.as_str().ok_or_else(bad)?.to_string()),
-        Ty::ScalarType => Value::DType(v.as_str().and_then(|s| DType::from_name(s.as_bytes())).ok_or_else(bad)?),
+        Ty::ScalarType => Value::DType(v.as_str().and_then(dtype_name).ok_or_else(bad)?),
         Ty::Tensor | Ty::TensorList | Ty::Hidden => return Err(bad()),
     })
 }
@@ -174,10 +186,56 @@ fn fit(op: &OpDef, sig: &Sig, present: &[bool], kwargs: &serde_json::Map<String,
         .collect()
 }
 
+/// Marks Python's non-finite numbers (`json.dumps` writes `Infinity`,
+/// `-Infinity`, `NaN`, which JSON lacks) as strings that `number` reads back,
+/// so a Python host's kwargs pass through unchanged.
+const NONFINITE: char = '\u{0}';
+
+fn mark_nonfinite(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("Infinity") && !text.contains("NaN") {
+        return text.into();
+    }
+    let (mut out, mut in_str, mut esc) = (String::with_capacity(text.len() + 16), false, false);
+    let mut skip_to = 0;
+    for (i, c) in text.char_indices() {
+        if i < skip_to {
+            continue;
+        }
+        if in_str {
+            in_str = esc || c != '"';
+            esc = !esc && c == '\\';
+        } else if c == '"' {
+            in_str = true;
+        } else if let Some(tok) = ["-Infinity", "Infinity", "NaN"].iter().find(|t| text[i..].starts_with(**t)) {
+            out.push_str("\"\\u0000");
+            out.push_str(tok);
+            out.push('"');
+            skip_to = i + tok.len();
+            continue;
+        }
+        out.push(c);
+    }
+    out.into()
+}
+
+/// A JSON number, or a marked non-finite one.
+fn number(v: &serde_json::Value) -> Option<f64> {
+    match v {
+        serde_json::Value::Number(n) => n.as_f64(),
+        serde_json::Value::String(s) => match s.strip_prefix(NONFINITE)? {
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            "NaN" => Some(f64::NAN),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 fn resolve(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Resolved> {
     let map = match kwargs.map(str::trim) {
         None | Some("") => serde_json::Map::new(),
-        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+        Some(text) => match serde_json::from_str::<serde_json::Value>(&mark_nonfinite(text)) {
             Ok(serde_json::Value::Object(m)) => m,
             Ok(v) => crate::bail!(E_INVALID_ARG, "{}: kwargs must be a JSON object, got {}", op.name(), json_kind(&v)),
             Err(e) => crate::bail!(E_INVALID_ARG, "{}: kwargs are not valid JSON: {e}", op.name()),

@@ -7,6 +7,7 @@
     print(x.grad.numpy())
 """
 
+import builtins
 import ctypes
 import functools
 import json
@@ -1175,7 +1176,8 @@ def op(name: str, *inputs: Any, **kwargs: Any) -> Any:
     kind = _returns.get(name)
     if kind == "list":
         return results
-    if len(results) == 1 and kind != "tuple":
+    # One result is a Tensor even for an op with a tuple overload (max() beside max.dim).
+    if len(results) == 1:
         return results[0]
     return tuple(results)
 
@@ -1235,6 +1237,16 @@ def _make(name: str) -> Callable[..., Any]:
     return fn
 
 
+_shadowing: Dict[str, Callable[..., Any]] = {}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        return _shadowing[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
 def _install_ops() -> None:
     for ov in op_schema():
         name = ov["name"]
@@ -1246,7 +1258,12 @@ def _install_ops() -> None:
     g = globals()
     for name in _overloads:
         fn = _make(name)
-        if name not in g:
+        if hasattr(builtins, name):
+            # `et.sum`, `et.any`...: served by `__getattr__`, so that this
+            # module's own code keeps Python's builtins.
+            _shadowing[name] = fn
+            __all__.append(name)
+        elif name not in g:
             g[name] = fn
             __all__.append(name)
         if not hasattr(Tensor, name) and any(ov["params"] and ov["params"][0]["type"] == "Tensor" for ov in _overloads[name]):

@@ -159,7 +159,7 @@ def pointwise_cases(ov):
 def refusal(fn):
     try:
         return fn(), None
-    except (RuntimeError, NotImplementedError, TypeError, IndexError) as e:
+    except (RuntimeError, NotImplementedError, TypeError, IndexError, ValueError) as e:
         return None, e
 
 
@@ -298,15 +298,20 @@ def build_input(rng, spec, dtype, domain, layout):
 def fits(ov, case):
     """Whether a case is for this overload, as enkai_op resolves it: a row's
     cases cover all its overloads; the inputs must fill its tensor
-    parameters, and the kwargs must name its other parameters (a list
-    exactly where a list is taken) and give every required one."""
+    parameters, the kwargs must name its other parameters and give every
+    one without a default, and lists go exactly where lists are taken (an
+    int also fills `int[1]`)."""
     tensors = [p for p in ov["params"] if p["type"] in ("Tensor", "Tensor[]")]
     other = {p["name"]: p for p in ov["params"] if p["type"] not in ("Tensor", "Tensor[]")}
     kw = case.get("kwargs", {})
-    if any(k not in other or isinstance(v, list) != other[k]["type"].endswith("[]") for k, v in kw.items()):
-        return False
-    required = {n for n, p in other.items() if "default" not in p and not p["optional"]}
-    return len(case["inputs"]) == len(tensors) and required <= set(kw)
+    for k, v in kw.items():
+        if k not in other:
+            return False
+        t = other[k]["type"]
+        if (isinstance(v, list) and not t.startswith("int[")) or (isinstance(v, int) and not isinstance(v, bool) and t == "int[]"):
+            return False
+    needed = {n for n, p in other.items() if "default" not in p}
+    return len(case["inputs"]) == len(tensors) and needed <= set(kw)
 
 
 def call_aten(ov, inputs, kw):
@@ -369,7 +374,7 @@ def check_case_grad(rng, ov, case, kw):
             flat_o[i].require_grad()
         refs, err = refusal(lambda: call_aten(ov, torch_in, kw))
         if err is not None:
-            return
+            return  # a refused case (checked by the caller)
         refs = [r for r in results(refs) if isinstance(r, torch.Tensor) and r.dtype.is_floating_point]
         if not refs or not diff:
             return
@@ -390,3 +395,19 @@ def check_case_grad(rng, ov, case, kw):
         for i, g_ref in zip(diff, grads):
             if g_ref is not None:
                 check_close(flat_o[i].grad, g_ref, f"grad {i} of {ov['overload']} {dtype} {case}")
+
+
+def test_nonfinite_kwargs_pass_as_python_writes_them(backend):
+    """json.dumps writes inf and nan as Infinity and NaN: they reach the op."""
+    a = np.random.default_rng(3).normal(size=(3, 4)).astype(np.float32)
+    x, t = et.from_numpy(a), torch.from_numpy(a)
+    for ord_ in (float("inf"), float("-inf")):
+        np.testing.assert_allclose(et.op("linalg_vector_norm", x, ord=ord_).numpy(), torch.linalg.vector_norm(t, ord=ord_).numpy())
+    mask = et.from_numpy(a > 0)
+    got = et.op("masked_fill", x, mask, value=float("-inf")).numpy()
+    np.testing.assert_array_equal(got, t.masked_fill(torch.from_numpy(a > 0), float("-inf")).numpy())
+    np.testing.assert_array_equal(et.op("clamp", x, min=float("nan")).numpy(), torch.clamp(t, min=float("nan")).numpy())
+    # Inside a string the words stay text.
+    with pytest.raises(et.EnkaiError, match="approximate"):
+        et.op("gelu", x, approximate="Infinity NaN")
+    assert et.op("sum", x, dtype="float64").dtype == "fp64"

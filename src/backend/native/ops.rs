@@ -503,7 +503,7 @@ pub fn sum_to(g: &Raw, shape: &[i64]) -> Result<Raw> {
 }
 
 /// `g` (of the reduced shape) expanded back over `shape`, divided by `div`.
-fn expand_back(g: &Raw, shape: &[i64], mask: &[bool], div: f64) -> Result<Raw> {
+pub fn expand_back(g: &Raw, shape: &[i64], mask: &[bool], div: f64) -> Result<Raw> {
     let kept: Vec<i64> = shape.iter().zip(mask).map(|(&d, &m)| if m { 1 } else { d }).collect();
     let g = reshape_plain(g, &kept)?;
     let out = Raw::empty(shape, g.dtype())?;

@@ -233,9 +233,10 @@ nary!(Addcdiv, 3, |v, p| v[0] + p[0] * (v[1] / v[2]), int |v, p| None,
 // p = [has_min, min, has_max, max] for the Scalar form; the Tensor form passes bounds as operands.
 nary!(ClampS, 1, |v, p| {
     let x = v[0];
+    // A NaN bound gives NaN, as PyTorch's clamp.
     if x.is_nan() { x } else {
-        let x = if p[0] != T::zero() && x < p[1] { p[1] } else { x };
-        if p[2] != T::zero() && x > p[3] { p[3] } else { x }
+        let x = if p[0] != T::zero() && (x < p[1] || p[1].is_nan()) { p[1] } else { x };
+        if p[2] != T::zero() && (x > p[3] || p[3].is_nan()) { p[3] } else { x }
     }
 }, int |v, p| {
     let mut x = v[0];
