@@ -9,6 +9,11 @@ typedef int64_t (*op_fn)(const int64_t *in);
 static int64_t op_zeros(const int64_t *in) { return enkai_tensor_zeros("[4]", "fp32", in[0]); }
 
 static int64_t op_add(const int64_t *in) { return enkai_tensor_add(in[0], in[1]); }
+/* The same add through the generic entry, as a scripting host calls it. */
+static int64_t op_generic_add(const int64_t *in) {
+    int64_t out;
+    return enkai_op("add", in, 2, NULL, &out, 1) == 1 ? out : 0;
+}
 static int64_t op_matmul(const int64_t *in) { return enkai_tensor_matmul(in[0], in[1]); }
 static int64_t op_ln_gelu(const int64_t *in) {
     int64_t y = enkai_tensor_layernorm(in[0], in[1], in[2], 1e-5);
@@ -39,6 +44,10 @@ __attribute__((noinline)) static void count_add_4(const int64_t *in, int n) {
     for (int i = 0; i < n; i++) enkai_tensor_free(must(enkai_tensor_add(in[0], in[1])));
 }
 
+__attribute__((noinline)) static void count_op_add_4(const int64_t *in, int n) {
+    for (int i = 0; i < n; i++) enkai_tensor_free(must(op_generic_add(in)));
+}
+
 int main(int argc, char **argv) {
     int64_t dev = must(enkai_tensor_device("cpu"));
     int64_t a4[2] = {must(enkai_tensor_randn("[4]", "fp32", dev)), must(enkai_tensor_randn("[4]", "fp32", dev))};
@@ -48,10 +57,12 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "count") == 0) {
         count_zeros_4(dev, atoi(argv[2]));
         count_add_4(a4, atoi(argv[2]));
+        count_op_add_4(a4, atoi(argv[2]));
         return 0;
     }
     bench("zeros_4", op_zeros, &dev, 200000);
     bench("add_4", op_add, a4, 200000);
+    bench("op_add_4", op_generic_add, a4, 200000);
     bench("matmul_64", op_matmul, m64, 20000);
     bench("layernorm_gelu_32x256", op_ln_gelu, ln, 5000);
     return 0;

@@ -53,9 +53,11 @@ def pytorch():
 
 
 COUNT_OPS = ("zeros_4", "add_4")
+# `op_<name>`: the same op through the generic entry `enkai_op`, against the typed function's anchors.
+GENERIC = ("op_add_4",)
 
 
-def instructions(cmd, n=2000):
+def instructions(cmd, n=2000, ops=COUNT_OPS):
     """Instructions per call (op + free) under callgrind, read from the
     inclusive cost of each `count_<op>` loop, so start-up is not counted."""
     with tempfile.NamedTemporaryFile(suffix=".cg") as f:
@@ -64,7 +66,7 @@ def instructions(cmd, n=2000):
         out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", f.name],
                              check=True, capture_output=True, text=True).stdout
     per = {}
-    for op in COUNT_OPS:
+    for op in ops:
         m = re.search(rf"^\s*([\d,]+) .*count_{op}\b", out, re.M)
         per[op] = int(m.group(1).replace(",", "")) / n
     return per
@@ -82,14 +84,18 @@ def main():
     print(f"threads={THREADS}; ns per op, best of {ROUNDS} alternating runs x 7 rounds each")
     print(f"{'op':<24}{'(a) C ABI':>12}{'(b) raw tch':>13}{'(c) PyTorch':>13}{'a/b':>7}{'a/c':>7}")
     for op in ours:
-        print(f"{op:<24}{ours[op]:>12.1f}{raw[op]:>13.1f}{eager[op]:>13.1f}"
-              f"{ours[op] / raw[op]:>7.2f}{ours[op] / eager[op]:>7.2f}")
+        base = op[3:] if op in GENERIC else op
+        print(f"{op:<24}{ours[op]:>12.1f}{raw[base]:>13.1f}{eager[base]:>13.1f}"
+              f"{ours[op] / raw[base]:>7.2f}{ours[op] / eager[base]:>7.2f}")
+    for op in GENERIC:
+        print(f"enkai_op vs the typed function ({op[3:]}): {ours[op] / ours[op[3:]]:.3f}x (target <= 1.10)")
     if shutil.which("valgrind"):
         print("instructions per call (callgrind; op + free), the noise-free check")
         print(f"{'op':<24}{'(a) C ABI':>12}{'(b) raw tch':>13}{'a/b':>7}")
-        a, b = instructions([c_bin]), instructions([tch_bin])
-        for op in COUNT_OPS:
-            print(f"{op:<24}{a[op]:>12.0f}{b[op]:>13.0f}{a[op] / b[op]:>7.2f}")
+        a, b = instructions([c_bin], ops=COUNT_OPS + GENERIC), instructions([tch_bin])
+        for op in COUNT_OPS + GENERIC:
+            base = op[3:] if op in GENERIC else op
+            print(f"{op:<24}{a[op]:>12.0f}{b[base]:>13.0f}{a[op] / b[base]:>7.2f}")
 
 
 if __name__ == "__main__":

@@ -342,8 +342,8 @@ impl<T: Send + Sync> Registry<T> {
     }
 
     /// Borrows every value under one lock; fails on the first bad handle.
-    pub fn get_many(&self, hs: &[i64]) -> Result<Vec<Ref<'_, T>>> {
-        let mut out = Vec::with_capacity(hs.len());
+    pub fn get_many(&self, hs: &[i64]) -> Result<smallvec::SmallVec<[Ref<'_, T>; 4]>> {
+        let mut out = smallvec::SmallVec::with_capacity(hs.len());
         let mut g = self.lock();
         for &h in hs {
             match self.borrow_locked(&mut g, h) {

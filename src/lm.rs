@@ -362,7 +362,7 @@ fn model(params: &str, spec: Option<&LmSpec>, n_heads: i64, seq: i64) -> Result<
     let refs: Vec<&backend::Tensor> = ps.iter().map(|p| &**p).collect();
     let backend = backend::same_backend("forward", &refs)?;
     let dev = imp::device(&ps[0].raw);
-    Ok(Model { params: ps, spec, backend, dev })
+    Ok(Model { params: ps.into_vec(), spec, backend, dev })
 }
 
 /// Mean cross-entropy of the model on `input` → `target`; a new loss handle.

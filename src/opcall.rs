@@ -8,6 +8,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use smallvec::SmallVec;
+
 use crate::backend::{self, imp, imp::Raw, Tensor};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -256,12 +258,14 @@ fn resolve(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Resolve
     crate::bail!(E_INVALID_ARG, "{}", m.text())
 }
 
+use crate::vocab::FnvBuild;
+
 /// Parsed calls, per thread: (op, input pattern) -> kwargs text -> resolution.
-type Cache = HashMap<(usize, u64, usize), HashMap<Box<str>, Rc<Resolved>>>;
+type Cache = HashMap<(usize, u64, usize), HashMap<Box<str>, Rc<Resolved>, FnvBuild>, FnvBuild>;
 const CACHE_CAP: usize = 4096;
 
 thread_local! {
-    static CACHE: RefCell<(Cache, usize)> = RefCell::new((HashMap::new(), 0));
+    static CACHE: RefCell<(Cache, usize)> = RefCell::new((HashMap::default(), 0));
 }
 
 fn resolve_cached(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Rc<Resolved>> {
@@ -276,7 +280,7 @@ fn resolve_cached(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
         if c.1 >= CACHE_CAP {
-            *c = (HashMap::new(), 0);
+            *c = (HashMap::default(), 0);
         }
         c.0.entry(key).or_default().insert(text.into(), r.clone());
         c.1 += 1;
@@ -402,35 +406,53 @@ fn unsupported(op: &OpDef, b: backend::BackendId) -> Error {
 
 /// Runs op `name` on `inputs` (0 = an optional tensor left out) with JSON
 /// `kwargs`; returns the new handles.
-pub fn run(name: &str, inputs: &[i64], kwargs: Option<&str>) -> Result<Vec<i64>> {
+pub fn run(name: &str, inputs: &[i64], kwargs: Option<&str>) -> Result<SmallVec<[i64; 4]>> {
     let Some(op) = vocab::find(name) else {
         crate::bail!(E_INVALID_ARG, "unknown op {name:?} (enkai_op_schema lists the ops)");
     };
-    let present: Vec<bool> = inputs.iter().map(|&h| h != 0).collect();
+    let present: SmallVec<[bool; 8]> = inputs.iter().map(|&h| h != 0).collect();
     let resolved = resolve_cached(op, &present, kwargs)?;
-    let handles: Vec<i64> = inputs.iter().copied().filter(|&h| h != 0).collect();
-    let refs: Vec<Ref<'static, Tensor>> = TENSORS.get_many(&handles)?;
+    let handles: SmallVec<[i64; 8]> = inputs.iter().copied().filter(|&h| h != 0).collect();
+    let refs: SmallVec<[Ref<'static, Tensor>; 4]> = TENSORS.get_many(&handles)?;
     let mut it = refs.iter();
-    let ts: Vec<Option<&Tensor>> = present.iter().map(|&p| if p { it.next().map(|r| &**r) } else { None }).collect();
-    let live: Vec<&Tensor> = ts.iter().flatten().copied().collect();
+    let ts: SmallVec<[Option<&Tensor>; 8]> = present.iter().map(|&p| if p { it.next().map(|r| &**r) } else { None }).collect();
+    let live: SmallVec<[&Tensor; 8]> = ts.iter().flatten().copied().collect();
     let b = if live.is_empty() { backend::active_built()? } else { backend::same_backend(name, &live)? };
     let sig = &op.sigs[resolved.sig];
-    let mut args = resolved.args.clone();
-    let (out_dtype, promoted) = check(op, sig, &mut args, &ts)?;
+    // libtorch checks its own arguments: core's checks run only when it
+    // refuses (for the message both backends share), so its success path
+    // pays nothing for them. The native backend gets checked arguments.
+    let torch = b == backend::BackendId::Torch;
+    let mut checked: SmallVec<[Value; 8]> = SmallVec::new();
+    let (out_dtype, promoted) = if torch {
+        (None, None)
+    } else {
+        checked.extend(resolved.args.iter().cloned());
+        check(op, sig, &mut checked, &ts)?
+    };
+    let args: &[Value] = if torch { &resolved.args } else { &checked };
     if b == backend::BackendId::Cpu && !op.row.native {
         return Err(unsupported(op, b));
     }
-    let call = Call { op, sig: resolved.sig, args: &args, out_dtype, promoted };
-    let raws: Vec<Option<&Raw>> = ts.iter().map(|t| t.map(|t| &t.raw)).collect();
-    let outs = imp::op(b, &call, &raws).map_err(|e| match e.code {
-        // ATen's dtype dispatch refuses a dtype in these words ("\"round_cpu\" not
-        // implemented for 'Long'"): a dtype error, as the native backend reports it.
-        crate::error::Code::E_TORCH if e.detail.contains("not implemented for '") => crate::err!(E_DTYPE, "{name}: {}", e.detail),
-        crate::error::Code::E_TORCH => crate::err!(E_TORCH, "{name}: {}", e.detail),
-        _ => e,
+    let call = Call { op, sig: resolved.sig, args, out_dtype, promoted };
+    let raws: SmallVec<[Option<&Raw>; 8]> = ts.iter().map(|t| t.map(|t| &t.raw)).collect();
+    let outs = imp::op(b, &call, &raws).map_err(|e| {
+        if torch {
+            if let Err(core) = check(op, sig, &mut resolved.args.iter().cloned().collect::<Vec<_>>(), &ts) {
+                return core;
+            }
+        }
+        match e.code {
+            // ATen's dtype dispatch refuses a dtype in these words ("\"round_cpu\" not
+            // implemented for 'Long'"): a dtype error, as the native backend reports it.
+            crate::error::Code::E_TORCH if e.detail.contains("not implemented for '") => crate::err!(E_DTYPE, "{name}: {}", e.detail),
+            crate::error::Code::E_TORCH => crate::err!(E_TORCH, "{name}: {}", e.detail),
+            _ => e,
+        }
     })?;
+    drop((raws, live, ts));
     drop(refs);
-    let mut hs = Vec::with_capacity(outs.len());
+    let mut hs = SmallVec::with_capacity(outs.len());
     for raw in outs {
         match TENSORS.insert(Tensor { backend: b, raw }) {
             Ok(h) => hs.push(h),

@@ -643,13 +643,14 @@ pub fn dist_stack_one(t: &Raw) -> Result<Raw> {
 
 /// Runs a checked call of the op table (`crate::opcall`) on backend `b`.
 pub fn op(b: BackendId, call: &crate::vocab::Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    type Ins<'a, T> = smallvec::SmallVec<[Option<&'a T>; 8]>;
     match b {
         #[cfg(feature = "torch")]
         BackendId::Torch => {
             let ins = inputs
                 .iter()
                 .map(|t| t.map(|t| match t { Raw::Torch(r) => Ok(r), _ => Err(mismatch()) }).transpose())
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<Result<Ins<_>>>()?;
             torch::opcall::run(call, &ins).map(|v| v.into_iter().map(Raw::Torch).collect())
         }
         BackendId::Cpu => {
@@ -663,7 +664,7 @@ pub fn op(b: BackendId, call: &crate::vocab::Call, inputs: &[Option<&Raw>]) -> R
                     })
                     .transpose()
                 })
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<Result<Ins<_>>>()?;
             native::opk::run(call, &ins).map(|v| v.into_iter().map(Raw::Native).collect())
         }
         #[allow(unreachable_patterns)]

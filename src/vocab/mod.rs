@@ -28,9 +28,31 @@ impl OpDef {
     }
 }
 
+/// FNV-1a: lookups by op name and kwargs text hash short strings, where
+/// SipHash's setup dominates (the generic entry's per-call budget is tens
+/// of nanoseconds; the keys are not attacker-chosen in a way that matters:
+/// the tables are bounded).
+#[derive(Default, Clone, Copy)]
+pub struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+pub type FnvBuild = std::hash::BuildHasherDefault<Fnv>;
+
 struct Table {
     ops: Vec<OpDef>,
-    by_name: HashMap<&'static str, usize>,
+    by_name: HashMap<&'static str, usize, FnvBuild>,
 }
 
 fn table() -> &'static Table {

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/GradMode.h>
 
 #include <cstdint>
 #include <string>
@@ -97,7 +98,20 @@ char* enkai_shim_op_call(void* op, const EnkaiArg* args, size_t n, at::Tensor** 
         stack.push_back(c10::IValue());
       }
     }
-    h.callBoxed(stack);
+    // As the typed shims: below the autograd layer when no input requires
+    // grad (ADInplaceOrView still runs, so version counters still count).
+    bool grad = false;
+    for (const auto& v : stack) {
+      if (v.isTensor() && v.toTensor().requires_grad()) grad = true;
+      if (v.isTensorList())
+        for (const at::Tensor& t : v.toTensorList().vec()) grad = grad || t.requires_grad();
+    }
+    if (grad || !c10::GradMode::is_enabled()) {
+      h.callBoxed(stack);
+    } else {
+      at::AutoDispatchBelowAutograd below;
+      h.callBoxed(stack);
+    }
     std::vector<at::Tensor> res;
     for (auto& v : stack) {
       if (v.isTensor()) {
