@@ -171,7 +171,8 @@ fn linspace(call: &Call, _: &[Option<&Raw>]) -> Result<Vec<Raw>> {
         crate::bail!(E_INVALID_ARG, "linspace: number of steps must be non-negative");
     }
     let dt = dtype_or(call, DType::F32);
-    if dt == DType::Bool {
+    // PyTorch's dtype dispatch runs only for a nonempty result (as below).
+    if dt == DType::Bool && steps > 0 {
         return Err(refuse("linspace", dt, "numeric dtypes (not bool)"));
     }
     if steps > 0 {
@@ -273,7 +274,7 @@ fn randint(call: &Call, _: &[Option<&Raw>]) -> Result<Vec<Raw>> {
 fn randn_like(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let x = input(ins, 0);
     let dt = dtype_or(call, x.dtype());
-    if !dt.is_float() {
+    if !dt.is_float() && x.numel() > 0 {
         return Err(refuse("randn_like", dt, "floating dtypes"));
     }
     let out = Raw::empty(x.shape(), dt)?;
@@ -296,7 +297,7 @@ fn values(x: &Raw) -> Result<Vec<f64>> {
 
 fn bernoulli(_: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let x = input(ins, 0);
-    if !x.dtype().is_float() {
+    if !x.dtype().is_float() && x.numel() > 0 {
         return Err(refuse("bernoulli", x.dtype(), "floating probabilities"));
     }
     let p = values(x)?;
