@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use super::elem::{cast, with_elem};
 use super::tensor::Raw;
 
-struct Xoshiro([u64; 4]);
+pub struct Xoshiro([u64; 4]);
 
 impl Xoshiro {
     fn seeded(seed: u64) -> Xoshiro {
@@ -36,8 +36,19 @@ impl Xoshiro {
         r
     }
 
+    /// Uniform in [0, 1) on a grid of `bits` bits, so that rounding to a
+    /// type of that many significand bits never gives 1.
+    pub fn unit(&mut self, bits: u32) -> f64 {
+        (self.next() >> (64 - bits)) as f64 * (-f64::from(bits)).exp2()
+    }
+
+    /// Uniform in [0, n) (Lemire's multiply; `n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    }
+
     /// Uniform in (0, 1]: never 0, so `ln` is finite.
-    fn uniform(&mut self) -> f64 {
+    pub fn uniform(&mut self) -> f64 {
         ((self.next() >> 11) as f64 + 1.0) * (1.0 / (1u64 << 53) as f64)
     }
 }
@@ -49,7 +60,7 @@ pub fn manual_seed(seed: i64) {
 }
 
 /// A generator split off the global one, so filling runs outside the lock.
-fn split() -> Xoshiro {
+pub fn split() -> Xoshiro {
     let mut g = GEN.lock().unwrap_or_else(|e| e.into_inner());
     let g = g.get_or_insert_with(|| Xoshiro::seeded(67280421310721));
     Xoshiro::seeded(g.next())
@@ -82,6 +93,20 @@ fn fill_randn(r: &mut Xoshiro, t: &Raw) {
             }
         }
     });
+}
+
+/// Uniform values in [0, 1) into a fresh contiguous floating tensor.
+pub fn rand(t: &Raw) {
+    let mut r = split();
+    super::elem::with_float!(t.dtype(), T => {
+        let bits = match t.dtype() {
+            crate::dtype::DType::F64 => 53,
+            crate::dtype::DType::F16 => 11,
+            crate::dtype::DType::BF16 => 8,
+            _ => 24,
+        };
+        t.slice_mut::<T>().iter_mut().for_each(|x| *x = cast::<f64, T>(r.unit(bits)));
+    }, _ => {});
 }
 
 /// `scale` with probability `keep`, else 0, into a fresh contiguous tensor.
