@@ -55,7 +55,7 @@ fn ne(t: &Raw) -> (Dims, Dims) {
 }
 
 /// A 0-dim tensor of `dt` holding `s` converted as c10 converts it.
-fn scalar_raw(s: Scalar, dt: DType) -> Result<Raw> {
+pub(super) fn scalar_raw(s: Scalar, dt: DType) -> Result<Raw> {
     with_elem!(dt, T => Raw::from_vec::<T>(&[], &[match s {
         Scalar::Int(v) => cast::<i64, T>(v),
         Scalar::Float(v) => cast::<f64, T>(v),

@@ -83,7 +83,7 @@ fn unlanes(t: &Raw, red: &Red, dt: DType) -> Result<Raw> {
 }
 
 /// Runs `f(first, last)` over ranges of `0..n` items of `cost` elements each, across the pool when large.
-fn split(n: usize, cost: usize, f: impl Fn(usize, usize) + Sync) {
+pub(super) fn split(n: usize, cost: usize, f: impl Fn(usize, usize) + Sync) {
     let parts = if par::parallel(n.saturating_mul(cost)) { (par::threads() * 4).min(n) } else { 1 };
     par::for_each(parts, &|c| f(n * c / parts, n * (c + 1) / parts));
 }
