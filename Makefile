@@ -79,7 +79,7 @@ notorch-test: notorch-build $(NOTORCH_TESTS) build/capi/fuzz build/capi/stress
 
 # The multi-rank tests launch build/capi/dist_worker and the demo under torchrun;
 # the checkpoint tests cross between this library and the libtorch-free one.
-python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm build/examples/causal_attention build/examples/accuracy
+python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm build/examples/causal_attention build/examples/accuracy build/examples/sample_tinylm
 	python -m pytest python/tests -q
 
 # The client-loop test loads the library with dlopen, as the Enkai runtime does.

@@ -383,9 +383,13 @@ fn slice_view(x: &Raw, dim: usize, start: i64, end: i64, step: i64) -> Raw {
     let (s, e) = (clamp(start), clamp(end));
     let e = e.max(s);
     let (mut shape, mut strides) = (x.shape().to_vec(), x.strides().to_vec());
-    shape[dim] = (e - s + step - 1) / step;
+    // Written so that a huge step cannot overflow (the fuzzer's i64::MAX made a negative size).
+    shape[dim] = if e > s { (e - s - 1) / step + 1 } else { 0 };
     let offset = x.0.offset + (s * strides[dim]) as usize;
-    strides[dim] *= step;
+    // A dim of at most one element is never stepped over: keep its stride finite.
+    if shape[dim] > 1 {
+        strides[dim] *= step;
+    }
     x.view_as(shape, strides, offset)
 }
 
