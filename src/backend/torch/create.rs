@@ -99,7 +99,7 @@ extern "C" {
 }
 
 /// c10's `ScalarType` numbering (stable across releases: serialized files use it).
-fn scalar_type(d: DType) -> c_int {
+pub(super) fn scalar_type(d: DType) -> c_int {
     match d {
         DType::U8 => 0,
         DType::I32 => 3,

@@ -9,7 +9,6 @@ use std::sync::OnceLock;
 use torch_sys::C_tensor;
 
 use super::{shim_result, Raw};
-use crate::dtype::DType;
 use crate::error::{Code, Result};
 use crate::ops::Binary;
 use crate::vocab::{self, Call, Scalar, Value};
@@ -42,20 +41,6 @@ extern "C" {
     fn enkai_shim_op_arity(op: *mut c_void) -> usize;
     fn enkai_shim_op_arg_name(op: *mut c_void, i: usize) -> *const c_char;
     fn enkai_shim_op_call(op: *mut c_void, args: *const EnkaiArg, n: usize, outs: *mut *mut C_tensor, cap: usize, n_out: *mut usize) -> *mut c_char;
-}
-
-/// c10's ScalarType code of a dtype.
-fn scalar_type(d: DType) -> i64 {
-    match d {
-        DType::U8 => 0,
-        DType::I32 => 3,
-        DType::I64 => 4,
-        DType::F16 => 5,
-        DType::F32 => 6,
-        DType::F64 => 7,
-        DType::Bool => 11,
-        DType::BF16 => 15,
-    }
 }
 
 fn handles() -> &'static Vec<Vec<AtomicPtr<c_void>>> {
@@ -167,7 +152,7 @@ pub fn run(call: &Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
                 Value::Bool(b) | Value::Scalar(Scalar::Bool(b)) => a(ARG_BOOL, i64::from(*b), 0.0, std::ptr::null(), 0),
                 Value::Ints(v) => a(ARG_INTS, 0, 0.0, v.as_ptr().cast(), v.len()),
                 Value::Str(s) => a(ARG_STR, 0, 0.0, s.as_ptr().cast(), s.len()),
-                Value::DType(d) => a(ARG_DTYPE, scalar_type(*d), 0.0, std::ptr::null(), 0),
+                Value::DType(d) => a(ARG_DTYPE, i64::from(super::create::scalar_type(*d)), 0.0, std::ptr::null(), 0),
             }
         })
         .collect();

@@ -23,8 +23,6 @@ use crate::json::write_int_list as fmt;
 use crate::ops::Binary;
 use crate::vocab::{broadcast, promote, promote_scalar, Call, Scalar, Value};
 
-type Out = Result<Vec<Raw>>;
-
 /// Runs `$body` with `$I` bound to the index element type: int64, or int32 where `$i32`.
 macro_rules! with_index {
     ($op:expr, $t:expr, $i32:expr, $I:ident => $body:expr) => {{
@@ -258,7 +256,7 @@ fn pad_to(g: &Raw, shape: &[i64]) -> Result<Raw> {
     Ok(out)
 }
 
-fn gather(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn gather(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let (x, index, d) = (arg(call, ins, "self"), arg(call, ins, "index"), dim(call));
     index_dtype("gather", index)?;
     along_check("gather", x, d, index, None)?;
@@ -276,7 +274,7 @@ fn gather(call: &Call, ins: &[Option<&Raw>]) -> Out {
 }
 
 /// scatter (every overload) and scatter_add.
-fn scatter_any(call: &Call, ins: &[Option<&Raw>], op: &'static str, red: Red) -> Out {
+fn scatter_any(call: &Call, ins: &[Option<&Raw>], op: &'static str, red: Red) -> Result<Vec<Raw>> {
     let (x, index, d) = (arg(call, ins, "self"), arg(call, ins, "index"), dim(call));
     let red = match call.str("reduce") {
         None => red,
@@ -325,15 +323,15 @@ fn scatter_any(call: &Call, ins: &[Option<&Raw>], op: &'static str, red: Red) ->
     })])
 }
 
-fn scatter(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn scatter(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     scatter_any(call, ins, "scatter", Red::Set)
 }
 
-fn scatter_add(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn scatter_add(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     scatter_any(call, ins, "scatter_add", Red::Add)
 }
 
-fn take_along_dim(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn take_along_dim(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     const OP: &str = "take_along_dim";
     let (x, ix) = (arg(call, ins, "self"), arg(call, ins, "indices"));
     if ix.dtype() != DType::I64 {
@@ -467,7 +465,7 @@ fn index_apply(out: &Raw, d: usize, idx: &[i64], src: &Raw, red: Red, alpha: Sca
     });
 }
 
-fn index_select(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn index_select(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let (x, index, d) = (arg(call, ins, "self"), arg(call, ins, "index"), dim(call));
     let size = size_at(x, d);
     let idx = index_list("index_select", index, d, size, true)?;
@@ -487,7 +485,7 @@ fn index_select(call: &Call, ins: &[Option<&Raw>]) -> Out {
 }
 
 /// index_add and index_copy: PyTorch's shape rules, then the writes in index order.
-fn index_write(call: &Call, ins: &[Option<&Raw>], op: &'static str, red: Red) -> Out {
+fn index_write(call: &Call, ins: &[Option<&Raw>], op: &'static str, red: Red) -> Result<Vec<Raw>> {
     let (x, index, src, d) = (arg(call, ins, "self"), arg(call, ins, "index"), arg(call, ins, "source"), dim(call));
     if src.dtype() != x.dtype() {
         crate::bail!(E_DTYPE, "{op}: self ({}) and source ({}) must have the same dtype", x.dtype().name(), src.dtype().name());
@@ -522,11 +520,11 @@ fn index_write(call: &Call, ins: &[Option<&Raw>], op: &'static str, red: Red) ->
     })])
 }
 
-fn index_add(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn index_add(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     index_write(call, ins, "index_add", Red::Add)
 }
 
-fn index_copy(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn index_copy(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     index_write(call, ins, "index_copy", Red::Set)
 }
 
@@ -656,7 +654,7 @@ fn adv_apply(a: &Adv, x: &Raw, v: &Raw, mode: Mode) {
     });
 }
 
-fn index_put(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn index_put(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     const OP: &str = "index_put";
     let (x, v) = (arg(call, ins, "self"), arg(call, ins, "values"));
     let items: Vec<Option<&Raw>> = match call.sig().param("indices").map(|i| &call.args[i]) {
@@ -711,7 +709,7 @@ fn nonzero_raw(x: &Raw) -> Result<Raw> {
     Raw::from_vec::<i64>(&[hit.len() as i64, r as i64], &out)
 }
 
-fn nonzero(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn nonzero(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     Ok(vec![nonzero_raw(arg(call, ins, "self"))?])
 }
 
@@ -747,7 +745,7 @@ fn select_raw(op: &str, cond: &Raw, a: &Raw, b: &Raw) -> Result<Raw> {
     Ok(out)
 }
 
-fn masked_select(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn masked_select(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     const OP: &str = "masked_select";
     let (x, m) = (arg(call, ins, "self"), arg(call, ins, "mask"));
     bool_mask(OP, m, "mask")?;
@@ -802,7 +800,7 @@ fn masked_select(call: &Call, ins: &[Option<&Raw>]) -> Out {
     })])
 }
 
-fn masked_fill(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn masked_fill(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     const OP: &str = "masked_fill";
     let (x, m) = (arg(call, ins, "self"), arg(call, ins, "mask"));
     bool_mask(OP, m, "mask")?;
@@ -831,7 +829,7 @@ fn masked_fill(call: &Call, ins: &[Option<&Raw>]) -> Out {
     })])
 }
 
-fn where_k(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn where_k(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     const OP: &str = "where";
     let cond = arg(call, ins, "condition");
     if !matches!(cond.dtype(), DType::Bool | DType::U8) {

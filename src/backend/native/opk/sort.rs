@@ -23,8 +23,6 @@ use crate::error::Result;
 use crate::json::write_int_list as fmt;
 use crate::vocab::{promote, promote_scalar, Call};
 
-type Out = Result<Vec<Raw>>;
-
 /// An element's place in PyTorch's sort order, as an unsigned key.
 trait Key: Elem {
     fn key(self) -> u64;
@@ -213,7 +211,7 @@ fn sorted(call: &Call, x: &Raw) -> Result<(Raw, Raw)> {
     Ok((v, i))
 }
 
-fn sort(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn sort(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let x = input(ins, 0);
     let (v, i) = sorted(call, x)?;
     let d = dim(call);
@@ -221,7 +219,7 @@ fn sort(call: &Call, ins: &[Option<&Raw>]) -> Out {
     Ok(vec![vals, unswap(&i, d, x.dim())])
 }
 
-fn argsort(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn argsort(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let x = input(ins, 0);
     let (_, i) = sorted(call, x)?;
     Ok(vec![unswap(&i, dim(call), x.dim())])
@@ -265,7 +263,7 @@ fn topk_lane<T: Key>(l: &[T], k: usize, largest: bool, v: &mut [T], ix: &mut [i6
     }
 }
 
-fn topk(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn topk(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let x = input(ins, 0);
     let (d, k, largest) = (dim(call), call.int("k").unwrap_or(0), call.bool("largest").unwrap_or(true));
     if k < 0 || k > lane_len(x, d) {
@@ -339,7 +337,7 @@ fn quick_select<T: Elem>(a: &mut [T], ix: &mut [i64], k: usize) {
     }
 }
 
-fn kthvalue(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn kthvalue(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let x = input(ins, 0);
     let (d, k, keep) = (dim(call), call.int("k").unwrap_or(0), call.bool("keepdim").unwrap_or(false));
     let size = lane_len(x, d);
@@ -373,7 +371,7 @@ fn kthvalue(call: &Call, ins: &[Option<&Raw>]) -> Out {
 
 // -------------------------------------------------------------------- unique
 
-fn unique(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn unique(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let x = input(ins, 0).contiguous()?;
     let (inverse, counts) = (call.bool("return_inverse").unwrap_or(false), call.bool("return_counts").unwrap_or(false));
     // CPU PyTorch returns sorted values whatever `sorted` says; NaNs stay apart (NaN != NaN).
@@ -403,7 +401,7 @@ fn unique(call: &Call, ins: &[Option<&Raw>]) -> Out {
 
 // -------------------------------------------------------------- searchsorted
 
-fn searchsorted(call: &Call, ins: &[Option<&Raw>]) -> Out {
+fn searchsorted(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let seq = input(ins, call.tensor("sorted_sequence").expect("core bound it"));
     let mut right = call.bool("right").unwrap_or(false);
     if let Some(side) = call.str("side") {
