@@ -14,6 +14,7 @@ use super::super::autograd::{needs_grad, record};
 use super::super::elem::{with_elem, with_float, Elem, B8};
 use super::super::kernels::Ptr;
 use super::super::ops::convert;
+use super::super::simd::multiversion;
 use super::super::tensor::Raw;
 use super::index::scalar_raw;
 use super::reduce::split;
@@ -46,11 +47,14 @@ fn key64(v: f64) -> u64 {
 
 #[inline(always)]
 fn key32(v: f32) -> u64 {
-    if v.is_nan() {
-        return u64::MAX;
-    }
+    // Branch-free (a select), so that topk's block filter vectorises.
     let b = (v + 0.0).to_bits();
-    u64::from(if b >> 31 == 1 { !b } else { b | 1 << 31 })
+    let k = if b >> 31 == 1 { !b } else { b | 1 << 31 };
+    if v.is_nan() {
+        u64::MAX
+    } else {
+        u64::from(k)
+    }
 }
 
 impl Key for f64 {
@@ -227,11 +231,14 @@ fn argsort(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
 
 // ---------------------------------------------------------------------- topk
 
+multiversion!(fn topk_lane<T: Key>(l: &[T], k: usize, largest: bool, v: &mut [T], ix: &mut [i64]) => topk_lane_imp);
+
 /// The `k` best of a lane, best first. A buffer of candidates is cut to the
 /// best `k` whenever it fills, and from then on an element enters only if
 /// it beats the k-th best so far, so a long lane costs one key and one
 /// compare per element (rather than a sort).
-fn topk_lane<T: Key>(l: &[T], k: usize, largest: bool, v: &mut [T], ix: &mut [i64]) {
+#[inline(always)]
+fn topk_lane_imp<T: Key>(l: &[T], k: usize, largest: bool, v: &mut [T], ix: &mut [i64]) {
     if k == 0 {
         return;
     }
@@ -240,17 +247,24 @@ fn topk_lane<T: Key>(l: &[T], k: usize, largest: bool, v: &mut [T], ix: &mut [i6
     let cap = (4 * k).max(64);
     let mut buf: Vec<(u64, usize)> = Vec::with_capacity(cap.min(l.len()));
     let (mut worst, mut cut) = (0u64, false);
-    for (i, &x) in l.iter().enumerate() {
-        let s = x.key() ^ flip;
-        // A later equal value loses to the k-th (lower index).
-        if cut && s >= worst {
+    const B: usize = 32;
+    for (c, chunk) in l.chunks(B).enumerate() {
+        // Most blocks hold no candidate once the buffer is cut: one branch-free pass rejects them.
+        if cut && chunk.iter().fold(u64::MAX, |m, &x| m.min(x.key() ^ flip)) >= worst {
             continue;
         }
-        buf.push((s, i));
-        if buf.len() == cap {
-            buf.select_nth_unstable(k - 1);
-            buf.truncate(k);
-            (worst, cut) = (buf[k - 1].0, true);
+        for (j, &x) in chunk.iter().enumerate() {
+            let s = x.key() ^ flip;
+            // A later equal value loses to the k-th (lower index).
+            if cut && s >= worst {
+                continue;
+            }
+            buf.push((s, c * B + j));
+            if buf.len() == cap {
+                buf.select_nth_unstable(k - 1);
+                buf.truncate(k);
+                (worst, cut) = (buf[k - 1].0, true);
+            }
         }
     }
     if buf.len() > k {
