@@ -21,6 +21,9 @@
  * (tinylm_init's weights depend on its seed only). A SIGALRM watchdog bounds
  * the run (deadlock or too slow: exit 2).
  *
+ * Binary ops go through the typed functions and, half the time, through
+ * `enkai_op` by name (its per-thread parse cache under 8 threads).
+ *
  * Usage: stress [threads] [ops_per_thread] [seed] [timeout_s] */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -540,6 +543,18 @@ static void op_unary(Thread *T) {
     unpin(T, e);
 }
 
+/* `typed(a, b)`, or half the time the same op by name through the generic
+ * entry (`enkai_op`): a result handle, or 0 with the error set. The kwargs
+ * are spelled in several ways that all mean the defaults, so the per-thread
+ * parse cache sees distinct strings. */
+static int64_t binary(Thread *T, int64_t (*typed)(int64_t, int64_t), const char *name, int64_t a, int64_t b) {
+    static const char *KW[] = {NULL, "{}", "{\"alpha\": 1}", " { } "};
+    if (rnd(T) % 2) return typed(a, b);
+    int64_t in[2] = {a, b}, out[1] = {0};
+    const char *kw = strcmp(name, "mul") == 0 ? KW[rnd(T) % 2] : KW[rnd(T) % 4];
+    return enkai_op(name, in, 2, kw, out, 1) == 1 ? out[0] : 0;
+}
+
 /* A binary op on two pinned shared tensors (possibly the same one). */
 static void op_binary(Thread *T) {
     Entry *a = pin(T, K_TENSOR);
@@ -561,16 +576,16 @@ static void op_binary(Thread *T) {
     case -1:
         break;
     case 0:
-        if (broadcast(&a->s, &b->s, &out)) check_result(T, __LINE__, enkai_tensor_add(a->h, b->h), &out, promoted, a->v + b->v);
-        else TCHECK(T, enkai_tensor_add(a->h, b->h) == 0 && err_is(E_SHAPE));
+        if (broadcast(&a->s, &b->s, &out)) check_result(T, __LINE__, binary(T, enkai_tensor_add, "add", a->h, b->h), &out, promoted, a->v + b->v);
+        else TCHECK(T, binary(T, enkai_tensor_add, "add", a->h, b->h) == 0 && err_is(E_SHAPE));
         break;
     case 1:
-        if (broadcast(&a->s, &b->s, &out)) check_result(T, __LINE__, enkai_tensor_mul(a->h, b->h), &out, promoted, a->v * b->v);
-        else TCHECK(T, enkai_tensor_mul(a->h, b->h) == 0 && err_is(E_SHAPE));
+        if (broadcast(&a->s, &b->s, &out)) check_result(T, __LINE__, binary(T, enkai_tensor_mul, "mul", a->h, b->h), &out, promoted, a->v * b->v);
+        else TCHECK(T, binary(T, enkai_tensor_mul, "mul", a->h, b->h) == 0 && err_is(E_SHAPE));
         break;
     case 2:
-        if (broadcast(&a->s, &b->s, &out)) check_result(T, __LINE__, enkai_tensor_sub(a->h, b->h), &out, promoted, a->v - b->v);
-        else TCHECK(T, enkai_tensor_sub(a->h, b->h) == 0 && err_is(E_SHAPE));
+        if (broadcast(&a->s, &b->s, &out)) check_result(T, __LINE__, binary(T, enkai_tensor_sub, "sub", a->h, b->h), &out, promoted, a->v - b->v);
+        else TCHECK(T, binary(T, enkai_tensor_sub, "sub", a->h, b->h) == 0 && err_is(E_SHAPE));
         break;
     default:
         if (!matmul_expect(&a->s, &b->s, &out, &k)) {
@@ -634,7 +649,7 @@ static void op_racy(Thread *T) {
             break;
         }
         case 1: {
-            int64_t r = enkai_tensor_mul(e.h, e.h);
+            int64_t r = binary(T, enkai_tensor_mul, "mul", e.h, e.h);
             if (r > 0) check_result(T, __LINE__, r, &e.s, e.dt, e.v * e.v);
             else {
                 stale = 1;

@@ -397,7 +397,24 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
     if !row.accept.allows(promoted) {
         crate::bail!(E_DTYPE, "{name}: {} is not supported (it takes {})", promoted.name(), row.accept.describe());
     }
-    Ok((row.out.result(promoted), Some(promoted)))
+    // div with a rounding mode keeps the promoted dtype (integers stay integers).
+    let rounding = sig.param("rounding_mode").is_some_and(|i| matches!(args[i], Value::Str(_)));
+    let result = if rounding { Some(promoted) } else { row.out.result(promoted) };
+    if op.inplace() {
+        if let Some(s) = sig.param("self").and_then(|i| match args[i] {
+            Value::Tensor(t) => ts[t],
+            _ => None,
+        }) {
+            let (ss, sd) = (imp::shape(&s.raw), imp::dtype(&s.raw)?);
+            if ss[..] != shape[..] {
+                crate::bail!(E_SHAPE, "{name}: output with shape {} doesn't match the broadcast shape {}", fmt(&ss), fmt(&shape));
+            }
+            if let Some(r) = result.filter(|&r| !vocab::can_cast(r, sd)) {
+                crate::bail!(E_DTYPE, "{name}: result type {} can't be cast to the desired output type {}", r.name(), sd.name());
+            }
+        }
+    }
+    Ok((result, Some(promoted)))
 }
 
 fn unsupported(op: &OpDef, b: backend::BackendId) -> Error {

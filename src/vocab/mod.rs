@@ -26,6 +26,11 @@ impl OpDef {
     pub fn name(&self) -> &'static str {
         self.row.name
     }
+
+    /// An in-place form (`add_`): PyTorch's names of those, and only those, end in `_`.
+    pub fn inplace(&self) -> bool {
+        self.row.name.ends_with('_')
+    }
 }
 
 /// FNV-1a: lookups by op name and kwargs text hash short strings, where
@@ -246,6 +251,13 @@ pub fn promote_scalar(t: DType, s: Scalar) -> DType {
 }
 
 /// `torch.promote_types`.
+/// `torch.can_cast(from, to)`: whether an in-place op may store a result of
+/// dtype `from` into a tensor of dtype `to` (no float into an integer, no
+/// number into bool).
+pub fn can_cast(from: DType, to: DType) -> bool {
+    !(from.is_float() && !to.is_float()) && !(from != DType::Bool && to == DType::Bool)
+}
+
 pub fn promote_types(a: DType, b: DType) -> DType {
     use DType::*;
     if a == b {

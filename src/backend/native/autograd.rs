@@ -10,8 +10,13 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+use smallvec::SmallVec;
+
+use super::elem::with_elem;
+use super::kernels::copy_into;
 use super::ops;
-use super::tensor::{Inner, Raw};
+use super::storage::Storage;
+use super::tensor::{Dims, Inner, Raw};
 use crate::dtype::DType;
 use crate::error::Result;
 
@@ -28,11 +33,47 @@ pub struct Edge {
     target: Target,
     shape: Vec<i64>,
     dtype: DType,
+    /// The input was a view whose base an in-place op had rewritten: its
+    /// history no longer describes its values, so a gradient through it
+    /// would be wrong (PyTorch regenerates such a view's grad_fn; native
+    /// refuses at backward time instead).
+    stale: bool,
+}
+
+/// A tensor a backward closure reads, as its version counter stood when the
+/// op ran: overwriting it in place makes that backward an error, never a
+/// silently wrong gradient (PyTorch's SavedVariable check).
+struct Saved {
+    storage: Arc<Storage>,
+    version: u32,
+    dtype: DType,
+    shape: Dims,
+}
+
+impl Saved {
+    fn of(t: &Raw) -> Saved {
+        Saved { storage: t.0.storage.clone(), version: t.0.storage.version(), dtype: t.dtype(), shape: Dims::from_slice(t.shape()) }
+    }
+
+    fn check(&self, node: &str) -> Result<()> {
+        let now = self.storage.version();
+        if now != self.version {
+            crate::bail!(
+                E_AUTOGRAD,
+                "one of the variables needed for gradient computation has been modified by an inplace operation: the {} tensor of shape {} saved by {node} is at version {now}; expected version {} instead",
+                self.dtype.name(),
+                crate::json::write_int_list(&self.shape),
+                self.version
+            );
+        }
+        Ok(())
+    }
 }
 
 pub struct Node {
     pub name: &'static str,
     edges: Vec<Option<Edge>>,
+    saved: SmallVec<[Saved; 2]>,
     /// Taken by the backward that runs it: a graph is used once, as in PyTorch without retain_graph.
     backward: Mutex<Option<Backward>>,
 }
@@ -87,12 +128,12 @@ impl Drop for NoGrad {
 }
 
 fn edge(t: &Raw) -> Option<Edge> {
-    let target = match &t.0.grad_fn {
-        Some(n) => Target::Node(n.clone()),
-        None if t.0.requires_grad.load(Ordering::Relaxed) => Target::Leaf(t.0.clone()),
+    let (target, stale) = match t.0.grad_fn() {
+        Some(n) => (Target::Node(n), t.0.stale()),
+        None if t.0.requires_grad.load(Ordering::Relaxed) => (Target::Leaf(t.0.clone()), false),
         None => return None,
     };
-    Some(Edge { target, shape: t.shape().to_vec(), dtype: t.dtype() })
+    Some(Edge { target, shape: t.shape().to_vec(), dtype: t.dtype(), stale })
 }
 
 /// Whether an op on `inputs` must record a node.
@@ -102,25 +143,78 @@ pub fn needs_grad(inputs: &[&Raw]) -> bool {
 
 /// Attaches `backward` to `out` when any input requires grad (and grad mode
 /// is on); `out` must be freshly made (not shared yet). `backward` returns
-/// one gradient per input, in any shape that broadcasts to it.
+/// one gradient per input, in any shape that broadcasts to it. For a
+/// backward that reads no tensor's values (add, a view, a sum); one that
+/// does uses `record_saving`.
 pub fn record(out: Raw, name: &'static str, inputs: &[&Raw], backward: impl FnOnce(&Raw) -> Result<Vec<Option<Raw>>> + Send + Sync + 'static) -> Raw {
+    record_saving(out, name, inputs, &[], false, backward)
+}
+
+/// `record` for a backward that reads the values of `saved` (and of `out`
+/// when `saves_out`): their version counters are checked before it runs.
+pub fn record_saving(
+    out: Raw,
+    name: &'static str,
+    inputs: &[&Raw],
+    saved: &[&Raw],
+    saves_out: bool,
+    backward: impl FnOnce(&Raw) -> Result<Vec<Option<Raw>>> + Send + Sync + 'static,
+) -> Raw {
     if !needs_grad(inputs) {
         return out;
     }
-    let node = Node { name, edges: inputs.iter().map(|t| edge(t)).collect(), backward: Mutex::new(Some(Box::new(backward))) };
-    match Arc::try_unwrap(out.0) {
-        Ok(mut inner) => {
-            inner.grad_fn = Some(Arc::new(node));
-            Raw(Arc::new(inner))
-        }
-        // Shared already (an op returned an input): record on a new alias.
-        Err(shared) => {
-            let t = Raw(shared);
-            let mut alias = Arc::try_unwrap(t.detached().0).ok().expect("a fresh alias is unshared");
-            alias.grad_fn = Some(Arc::new(node));
-            Raw(Arc::new(alias))
-        }
+    let mut keep: SmallVec<[Saved; 2]> = saved.iter().map(|t| Saved::of(t)).collect();
+    if saves_out {
+        keep.push(Saved::of(&out));
     }
+    let node = Arc::new(Node { name, edges: inputs.iter().map(|t| edge(t)).collect(), saved: keep, backward: Mutex::new(Some(Box::new(backward))) });
+    // Shared already (an op returned an input): record on a new alias, never on the input.
+    let out = if Arc::strong_count(&out.0) == 1 { out } else { out.detached() };
+    out.0.set_grad_fn(Some(node));
+    out
+}
+
+/// Gives `t` (written in place by an in-place op) the history `from` (the
+/// result of the out-of-place op that computed its new values), as PyTorch
+/// rebases an in-place op's self. Views of its bytes made before now become
+/// stale.
+pub fn rebase(t: &Raw, from: &Raw) {
+    if let Some(n) = from.0.grad_fn() {
+        t.0.storage.bump_history();
+        t.0.set_grad_fn(Some(n));
+    }
+}
+
+/// Gives the existing tensor `t` a new history: a node over `inputs` (their
+/// histories as they stand now) running `backward`.
+fn rehistory(t: &Raw, name: &'static str, inputs: &[&Raw], backward: impl FnOnce(&Raw) -> Result<Vec<Option<Raw>>> + Send + Sync + 'static) {
+    let node = Node { name, edges: inputs.iter().map(|x| edge(x)).collect(), saved: SmallVec::new(), backward: Mutex::new(Some(Box::new(backward))) };
+    t.0.storage.bump_history();
+    t.0.set_grad_fn(Some(Arc::new(node)));
+}
+
+/// After an in-place op wrote `r` into the view `v` of the contiguous base
+/// `b`: `b`'s history becomes PyTorch's CopySlices (the gradient of the
+/// written region goes to `r`, the rest to `b`'s old history), and `v`'s a
+/// strided view of the new `b`. Other views of `b` become stale.
+pub fn rebase_view(v: &Raw, b: &Raw, r: &Raw) {
+    debug_assert!(b.is_contiguous() && v.0.offset >= b.0.offset);
+    let (shape, strides, off) = (v.shape().to_vec(), v.strides().to_vec(), v.0.offset - b.0.offset);
+    let (region_shape, region_strides, base_shape) = (shape.clone(), strides.clone(), b.shape().to_vec());
+    rehistory(b, "CopySlices", &[b, r], move |g| {
+        let gb = ops::clone_contiguous(g)?;
+        let region = gb.view_as(region_shape, region_strides, off);
+        let gr = ops::clone_contiguous(&region)?;
+        let zero = Raw::zeros(&[], g.dtype())?;
+        with_elem!(g.dtype(), T => copy_into::<T, T>(&region, &zero));
+        Ok(vec![Some(gb), Some(gr)])
+    });
+    rehistory(v, "AsStridedBackward0", &[b], move |g| {
+        let z = Raw::zeros(&base_shape, g.dtype())?;
+        let region = z.view_as(shape, strides, off);
+        with_elem!(g.dtype(), T => copy_into::<T, T>(&region, g));
+        Ok(vec![Some(z)])
+    });
 }
 
 /// The gradient as its input needs it: summed over broadcast dims, in its dtype.
@@ -166,8 +260,8 @@ fn sum_grads(prev: Raw, g: &Raw) -> Result<Raw> {
 pub fn backward(loss: &Raw) -> Result<()> {
     let _no_grad = NoGrad::new();
     let ones = ops::full_like(loss, 1.0)?;
-    let root = match &loss.0.grad_fn {
-        Some(n) => n.clone(),
+    let root = match loss.0.grad_fn() {
+        Some(n) => n,
         None if loss.0.requires_grad.load(Ordering::Relaxed) => return accumulate(&loss.0, ones),
         None => crate::bail!(E_AUTOGRAD, "element 0 of tensors does not require grad and does not have a grad_fn"),
     };
@@ -197,9 +291,19 @@ pub fn backward(loss: &Raw) -> Result<()> {
                 n.name
             )
         })?;
+        for sv in &n.saved {
+            sv.check(n.name)?;
+        }
         let gs = f(&g)?;
         for (e, gi) in n.edges.iter().zip(gs) {
             let (Some(e), Some(gi)) = (e, gi) else { continue };
+            if e.stale {
+                crate::bail!(
+                    E_AUTOGRAD,
+                    "a view used by {} was made before an in-place operation on its base rewrote the base's history, so its gradient would be wrong; on the cpu backend, make the view again after the in-place operation",
+                    n.name
+                );
+            }
             let gi = fit(gi, &e.shape, e.dtype)?;
             match &e.target {
                 Target::Leaf(leaf) => accumulate(leaf, gi)?,

@@ -3,7 +3,7 @@
 //! views). bf16/fp16 compute in f32 and round once, as PyTorch's CPU
 //! kernels do; integers use a plain wrapping loop.
 
-use super::autograd::{needs_grad, record};
+use super::autograd::{needs_grad, record_saving};
 use super::elem::{with_elem, Arith, Elem};
 use super::kernels::expand_strides;
 use super::kernels::Ptr;
@@ -237,7 +237,7 @@ pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
     }
     let (sa, sb) = (a.detached(), b.detached());
     let (ga, gb) = (a.requires_grad(), b.requires_grad());
-    Ok(record(out, "MmBackward", &[a, b], move |g| {
+    Ok(record_saving(out, "MmBackward", &[a, b], &[a, b], false, move |g| {
         // In the promoted [.., m, k] x [.., k, n] form, then back to each input's shape.
         let a2 = if sa.dim() == 1 { unsqueeze(&sa, 0) } else { sa.clone() };
         let b2 = if sb.dim() == 1 { unsqueeze(&sb, 1) } else { sb.clone() };

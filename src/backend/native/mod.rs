@@ -227,6 +227,7 @@ pub fn zero_grad(x: &Raw) {
 fn fill_in_place(t: &Raw, v: f64) {
     let src = ops::full(&[], t.dtype(), v).expect("a 0-dim tensor");
     with_elem!(t.dtype(), T => kernels::copy_into::<T, T>(t, &src));
+    t.0.storage.bump_version();
 }
 
 pub fn all_finite(x: &Raw) -> Result<bool> {
@@ -244,6 +245,7 @@ pub fn scale_(x: &Raw, s: f64) -> Result<()> {
         let k = <<T as Elem>::Acc as elem::Arith>::from_f64(s);
         kernels::update::<T>(x, |v| T::down(elem::Arith::mul(v.up(), k)));
     }, _ => crate::bail!(E_DTYPE, "scale: needs a floating tensor, got {}", x.dtype().name()));
+    x.0.storage.bump_version();
     Ok(())
 }
 

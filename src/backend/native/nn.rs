@@ -4,7 +4,7 @@
 //! fp32/bf16/fp16, f64 for fp64; no copy when they already are), runs the
 //! kernel, and rounds the result to the input's dtype once.
 
-use super::autograd::{needs_grad, record};
+use super::autograd::{needs_grad, record, record_saving};
 use super::elem::{with_elem, B8, Elem};
 use super::fused;
 use super::kernels::{cast_to, copy_into};
@@ -94,7 +94,7 @@ pub fn gelu(x: &Raw) -> Result<Raw> {
         fused::gelu_fwd_cdf(xr.slice::<R>(), y.slice_mut::<R>(), cdf.slice_mut::<R>());
         (unrows(y, d, x.dtype())?, xr, cdf)
     });
-    Ok(record(out, "GeluBackward", &[x], move |g| {
+    Ok(record_saving(out, "GeluBackward", &[x], &[x], false, move |g| {
         let dx = with_real!("gelu", xr.dtype(), R => {
             let gr = rows::<R>(g, d)?;
             let dx = Raw::empty(xr.shape(), R::DT)?;
@@ -116,7 +116,7 @@ pub fn softmax(x: &Raw, dim: i64) -> Result<Raw> {
         return Ok(out);
     }
     let y = out.detached();
-    Ok(record(out, "SoftmaxBackward", &[x], move |g| Ok(vec![Some(softmax_back(g, &y, d)?)])))
+    Ok(record_saving(out, "SoftmaxBackward", &[x], &[], true, move |g| Ok(vec![Some(softmax_back(g, &y, d)?)])))
 }
 
 /// The mask as `x`'s shape (as `torch._masked_softmax` expands it), true = masked out.
@@ -169,7 +169,7 @@ pub fn masked_softmax(x: &Raw, mask: &Raw, dim: i64, mask_type: Option<i64>) -> 
         return Ok(out);
     }
     let y = out.detached();
-    Ok(record(out, "MaskedSoftmaxBackward", &[x], move |g| Ok(vec![Some(masked_back(g, &y, &m, d)?)])))
+    Ok(record_saving(out, "MaskedSoftmaxBackward", &[x], &[mask], true, move |g| Ok(vec![Some(masked_back(g, &y, &m, d)?)])))
 }
 
 pub fn masked_softmax_backward(grad: &Raw, out: &Raw, mask: &Raw, dim: i64) -> Result<Raw> {
@@ -265,7 +265,7 @@ pub fn layernorm(x: &Raw, w: &Raw, b: Option<&Raw>, eps: f64) -> Result<Raw> {
         return Ok(out);
     }
     let (sx, sw, sb) = (x.detached(), w.detached(), b.map(Raw::detached));
-    Ok(record(out, "LayerNormBackward", &inputs, move |g| {
+    Ok(record_saving(out, "LayerNormBackward", &inputs, &inputs, false, move |g| {
         Ok(ln_backward(&sx, &sw, sb.as_ref(), n, eps, g)?.into_iter().map(Some).collect())
     }))
 }
@@ -369,7 +369,7 @@ pub fn cross_entropy(logits: &Raw, targets: &Raw) -> Result<Raw> {
         return Ok(out);
     }
     let sx = logits.detached();
-    Ok(record(out, "NllLossBackward", &[logits], move |g| {
+    Ok(record_saving(out, "NllLossBackward", &[logits], &[logits], false, move |g| {
         let gv = g.get_f64(0);
         let dx = with_real!("cross_entropy", sx.dtype(), R => {
             let xr = rows::<R>(&sx, class_dim)?;
@@ -409,7 +409,7 @@ fn log_softmax(x: &Raw, d: usize) -> Result<Raw> {
         return Ok(out);
     }
     let y = out.detached();
-    Ok(record(out, "LogSoftmaxBackward", &[x], move |g| {
+    Ok(record_saving(out, "LogSoftmaxBackward", &[x], &[], true, move |g| {
         // dx = g - exp(y) * sum(g) along the row.
         let dx = with_real!("cross_entropy", y.dtype(), R => map_rows2::<R>(g, &y, d, y.dtype(), |gs, ys, n, ds| {
             for ((gr, yr), dr) in gs.chunks(n.max(1)).zip(ys.chunks(n.max(1))).zip(ds.chunks_mut(n.max(1))) {

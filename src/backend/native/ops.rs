@@ -2,7 +2,7 @@
 //! reductions and casts, each recording its backward when an input
 //! requires grad. (Matmul and the fused nn ops are in `matmul.rs`, `nn.rs`.)
 
-use super::autograd::{needs_grad, record};
+use super::autograd::{needs_grad, record, record_saving};
 use super::elem::{promote, with_elem, with_float, Arith, Elem, FloatElem};
 use super::kernels::{add_assign, cast_to, copy_into, map_into, sum_into, zip_into};
 use super::tensor::{contiguous_strides, numel, Raw};
@@ -124,7 +124,9 @@ pub fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
     }
     let (sa, sb) = (a.detached(), b.detached());
     let (ga, gb) = (a.requires_grad(), b.requires_grad());
-    Ok(record(out, "BinaryBackward", &[a, b], move |g| {
+    // add and sub read no values; mul and div read their operands.
+    let saved: &[&Raw] = if matches!(op, Binary::Mul | Binary::Div) { &[a, b] } else { &[] };
+    Ok(record_saving(out, "BinaryBackward", &[a, b], saved, false, move |g| {
         Ok(match op {
             Binary::Add => vec![Some(g.clone()), Some(g.clone())],
             Binary::Sub => vec![Some(g.clone()), Some(mul(g, &scalar(-1.0, g.dtype())?)?)],
@@ -219,7 +221,7 @@ pub fn unary(op: Unary, x: &Raw) -> Result<Raw> {
                 return Ok(out);
             }
             let y = out.detached();
-            Ok(record(out, "ReluBackward", &[x], move |g| {
+            Ok(record_saving(out, "ReluBackward", &[x], &[], true, move |g| {
                 Ok(vec![Some(grad_map(g, &y, |g, y| if y <= 0.0 { 0.0 } else { g }, |g, y| if y <= 0.0 { 0.0 } else { g })?)])
             }))
         }
@@ -235,7 +237,7 @@ pub fn unary(op: Unary, x: &Raw) -> Result<Raw> {
                 return Ok(out);
             }
             let y = out.detached();
-            Ok(record(out, if op == Unary::Sigmoid { "SigmoidBackward" } else { "TanhBackward" }, &[x], move |g| {
+            Ok(record_saving(out, if op == Unary::Sigmoid { "SigmoidBackward" } else { "TanhBackward" }, &[x], &[], true, move |g| {
                 let r = if op == Unary::Sigmoid {
                     grad_map(g, &y, |g, y| g * (1.0 - y) * y, |g, y| g * (1.0 - y) * y)?
                 } else {
@@ -263,7 +265,7 @@ pub fn rsqrt(x: &Raw) -> Result<Raw> {
         return Ok(out);
     }
     let y = out.detached();
-    Ok(record(out, "RsqrtBackward", &[x], move |g| {
+    Ok(record_saving(out, "RsqrtBackward", &[x], &[], true, move |g| {
         Ok(vec![Some(grad_map(g, &y, |g, y| -0.5 * g * y * y * y, |g, y| -0.5 * g * y * y * y)?)])
     }))
 }
@@ -277,7 +279,7 @@ pub fn silu(x: &Raw) -> Result<Raw> {
         return Ok(out);
     }
     let sx = x.detached();
-    Ok(record(out, "SiluBackward", &[x], move |g| {
+    Ok(record_saving(out, "SiluBackward", &[x], &[x], false, move |g| {
         let back64 = |g: f64, x: f64| {
             let s = 1.0 / (1.0 + (-x).exp());
             g * s * (1.0 + x * (1.0 - s))

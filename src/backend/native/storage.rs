@@ -6,6 +6,7 @@ use std::alloc::Layout;
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 const ALIGN: usize = 64;
 /// Buffers kept per size class, and bytes kept per thread in all.
@@ -26,6 +27,13 @@ pub struct Storage {
     ptr: NonNull<u8>,
     len: usize,
     origin: Origin,
+    /// PyTorch's version counter: bumped by every write into existing bytes
+    /// (an in-place op, an optimizer step), so that a backward pass can tell
+    /// that a tensor it saved was overwritten (`autograd`).
+    version: AtomicU32,
+    /// Bumped when an in-place op rewrites the autograd history of a tensor
+    /// over these bytes: views made before then carry a stale history.
+    history: AtomicU32,
 }
 
 // SAFETY: the bytes are plain data; ordering concurrent writes to one tensor
@@ -100,6 +108,28 @@ fn dealloc(p: NonNull<u8>, cap: usize) {
 }
 
 impl Storage {
+    fn make(ptr: NonNull<u8>, len: usize, origin: Origin) -> Storage {
+        Storage { ptr, len, origin, version: AtomicU32::new(0), history: AtomicU32::new(0) }
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Marks the bytes as written in place.
+    pub fn bump_version(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn history(&self) -> u32 {
+        self.history.load(Ordering::Acquire)
+    }
+
+    /// Marks the autograd history of a tensor over these bytes as rewritten; returns the new mark.
+    pub fn bump_history(&self) -> u32 {
+        self.history.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
     /// `len` bytes whose contents are unspecified (but initialised): a reused
     /// buffer or zeroed fresh memory. Fails cleanly when memory runs out.
     pub fn new(len: usize) -> crate::error::Result<Storage> {
@@ -108,7 +138,7 @@ impl Storage {
 
     fn alloc(len: usize, zero: bool) -> crate::error::Result<Storage> {
         if len == 0 {
-            return Ok(Storage { ptr: NonNull::<u64>::dangling().cast(), len: 0, origin: Origin::Empty });
+            return Ok(Storage::make(NonNull::<u64>::dangling().cast(), 0, Origin::Empty));
         }
         if len > isize::MAX as usize - ALIGN {
             crate::bail!(E_RESOURCE, "cannot allocate {len} bytes");
@@ -127,7 +157,7 @@ impl Storage {
             None => NonNull::new(unsafe { std::alloc::alloc_zeroed(layout(cap)) })
                 .ok_or_else(|| crate::err!(E_RESOURCE, "cannot allocate {len} bytes"))?,
         };
-        Ok(Storage { ptr, len, origin: Origin::Owned { cap } })
+        Ok(Storage::make(ptr, len, Origin::Owned { cap }))
     }
 
     /// `len` zero bytes. Fresh memory is zero already (and untouched, so a
@@ -142,7 +172,7 @@ impl Storage {
     /// `ptr` is valid for `len` bytes until `release(ctx)` runs.
     pub unsafe fn foreign(ptr: *mut u8, len: usize, release: unsafe extern "C" fn(*mut c_void), ctx: *mut c_void) -> Storage {
         let ptr = NonNull::new(ptr).unwrap_or(NonNull::<u64>::dangling().cast());
-        Storage { ptr, len, origin: Origin::Foreign { release, ctx } }
+        Storage::make(ptr, len, Origin::Foreign { release, ctx })
     }
 
     pub fn ptr(&self) -> *mut u8 {

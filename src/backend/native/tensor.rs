@@ -2,7 +2,7 @@
 //! identity. `Raw` is a reference to it; clones are PyTorch's shallow copies
 //! (one tensor, one grad), `detached` makes a new tensor over the same bytes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use smallvec::SmallVec;
 use std::sync::{Arc, Mutex};
@@ -12,6 +12,7 @@ use super::elem::{with_elem, Elem};
 use super::storage::Storage;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::spinlock::SpinLock;
 
 /// Sizes or strides: inline up to rank 4, so a small op allocates none.
 pub type Dims = SmallVec<[i64; 4]>;
@@ -26,14 +27,45 @@ pub struct Inner {
     /// A leaf that records gradients (set by `require_grad`).
     pub requires_grad: AtomicBool,
     /// How this tensor was computed, when it was computed from tensors that
-    /// require grad: then it is not a leaf.
-    pub grad_fn: Option<Arc<Node>>,
+    /// require grad: then it is not a leaf. An in-place op replaces it (as
+    /// PyTorch rebases a tensor's history), so every handle on the tensor
+    /// sees the new one.
+    grad_fn: SpinLock<Option<Arc<Node>>>,
+    /// Made over another tensor's bytes (a view, or `detach`).
+    pub view: bool,
+    /// The tensor a view was made from (the first non-view one), while it
+    /// lives: an in-place op on the view rewrites the base's history too
+    /// (PyTorch's CopySlices). Weak, so a backward closure that keeps a view
+    /// never keeps its base, or a cycle, alive.
+    pub base: Option<std::sync::Weak<Inner>>,
+    /// The storage's history mark when this tensor's `grad_fn` was set: a
+    /// view whose mark is behind its storage's has a stale history.
+    history: AtomicU32,
     /// A leaf's accumulated gradient.
     pub grad: Mutex<Option<Raw>>,
 }
 
 #[derive(Clone)]
 pub struct Raw(pub Arc<Inner>);
+
+impl Inner {
+    pub fn grad_fn(&self) -> Option<Arc<Node>> {
+        self.grad_fn.lock().clone()
+    }
+
+    /// Sets the history (of a fresh tensor, or of one an in-place op rewrote).
+    pub fn set_grad_fn(&self, node: Option<Arc<Node>>) {
+        let old = std::mem::replace(&mut *self.grad_fn.lock(), node);
+        drop(old); // a long graph's teardown runs outside the lock
+        self.history.store(self.storage.history(), Ordering::Release);
+    }
+
+    /// A view made before an in-place op rewrote the history of its bytes:
+    /// its `grad_fn` no longer describes its values.
+    pub fn stale(&self) -> bool {
+        self.view && self.history.load(Ordering::Acquire) != self.storage.history()
+    }
+}
 
 pub fn contiguous_strides(shape: &[i64]) -> Dims {
     let mut s: Dims = smallvec::smallvec![0; shape.len()];
@@ -51,14 +83,26 @@ pub fn numel(shape: &[i64]) -> usize {
 
 impl Raw {
     pub fn from_parts(storage: Arc<Storage>, shape: impl Into<Dims>, strides: impl Into<Dims>, offset: usize, dtype: DType) -> Raw {
+        Raw::make(storage, shape, strides, offset, dtype, false)
+    }
+
+    fn make(storage: Arc<Storage>, shape: impl Into<Dims>, strides: impl Into<Dims>, offset: usize, dtype: DType, view: bool) -> Raw {
+        Raw::make_based(storage, shape, strides, offset, dtype, view, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make_based(storage: Arc<Storage>, shape: impl Into<Dims>, strides: impl Into<Dims>, offset: usize, dtype: DType, view: bool, base: Option<std::sync::Weak<Inner>>) -> Raw {
         Raw(Arc::new(Inner {
+            history: AtomicU32::new(storage.history()),
             storage,
             shape: shape.into(),
             strides: strides.into(),
             offset,
             dtype,
             requires_grad: AtomicBool::new(false),
-            grad_fn: None,
+            grad_fn: SpinLock::new(None),
+            view,
+            base,
             grad: Mutex::new(None),
         }))
     }
@@ -140,16 +184,30 @@ impl Raw {
     /// A new tensor over the same bytes with no autograd history.
     pub fn detached(&self) -> Raw {
         let i = &self.0;
-        Raw::from_parts(i.storage.clone(), i.shape.clone(), i.strides.clone(), i.offset, i.dtype)
+        Raw::make(i.storage.clone(), i.shape.clone(), i.strides.clone(), i.offset, i.dtype, true)
     }
 
     /// Another view of the same storage.
     pub fn view_as(&self, shape: impl Into<Dims>, strides: impl Into<Dims>, offset: usize) -> Raw {
-        Raw::from_parts(self.0.storage.clone(), shape, strides, offset, self.0.dtype)
+        let base = match &self.0.base {
+            Some(b) => b.clone(),
+            None => Arc::downgrade(&self.0),
+        };
+        Raw::make_based(self.0.storage.clone(), shape, strides, offset, self.0.dtype, true, Some(base))
+    }
+
+    /// The live base of a view (see `Inner::base`).
+    pub fn base(&self) -> Option<Raw> {
+        self.0.base.as_ref().and_then(std::sync::Weak::upgrade).map(Raw)
     }
 
     pub fn requires_grad(&self) -> bool {
-        self.0.grad_fn.is_some() || self.0.requires_grad.load(Ordering::Relaxed)
+        self.0.grad_fn.lock().is_some() || self.0.requires_grad.load(Ordering::Relaxed)
+    }
+
+    /// A leaf that records gradients (in-place ops on it are refused while grad mode is on).
+    pub fn is_grad_leaf(&self) -> bool {
+        self.0.grad_fn.lock().is_none() && self.0.requires_grad.load(Ordering::Relaxed)
     }
 
     /// A contiguous copy when not contiguous, else the same tensor (detached).

@@ -40,6 +40,10 @@ pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &AdamwStep) -> Result<(
         }
     }
     with_float!(p.dtype(), T => adamw::<T>(p, g, m, v, c), _ => crate::bail!(E_DTYPE, "adamw: needs floating params, got {}", p.dtype().name()));
+    // A graph recorded before the step that saved `p` must not backward through the new values.
+    for t in [p, m, v] {
+        t.0.storage.bump_version();
+    }
     Ok(())
 }
 

@@ -53,7 +53,19 @@ fn shim_error(msg: *mut std::ffi::c_char, code: crate::error::Code) -> Error {
     // SAFETY: the shims return NUL-terminated malloc'ed strings, freed once here.
     let text = unsafe { std::ffi::CStr::from_ptr(msg) }.to_string_lossy().into_owned();
     unsafe { libc::free(msg.cast()) };
-    Error::new(code, text)
+    Error::new(if code == crate::error::Code::E_TORCH { autograd_code(&text) } else { code }, text)
+}
+
+/// libtorch's autograd refusals (an in-place op on a leaf that requires
+/// grad, a backward through a tensor that an in-place op overwrote) are
+/// `E_AUTOGRAD`, as the native backend reports them.
+fn autograd_code(text: &str) -> crate::error::Code {
+    const AUTOGRAD: [&str; 3] = ["modified by an inplace operation", "is being used in an in-place operation", "a view of a leaf Variable"];
+    if AUTOGRAD.iter().any(|w| text.contains(w)) {
+        crate::error::Code::E_AUTOGRAD
+    } else {
+        crate::error::Code::E_TORCH
+    }
 }
 
 /// A shim call that hands back a new `at::Tensor*` through its out-pointer,
@@ -130,7 +142,7 @@ pub fn torch_err(e: tch::TchError) -> Error {
     let short = text.split("\nException raised from").next().unwrap_or(&text);
     let short = short.split("\nframe #").next().unwrap_or(short);
     let short = short.trim_start_matches("Internal torch error: ").trim();
-    crate::err!(E_TORCH, "{short}")
+    Error::new(autograd_code(short), short.to_string())
 }
 
 pub(crate) fn kind(d: DType) -> tch::Kind {

@@ -85,6 +85,7 @@ pub struct Row {
 mod binary;
 mod create;
 mod index;
+mod inplace;
 mod pointwise;
 mod reduce;
 mod shape;
@@ -94,7 +95,7 @@ use Domain::*;
 use Kind::*;
 
 /// The table, in sections by family; `crate::vocab::ops()` reads them in order.
-pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, shape::ROWS, index::ROWS, sort::ROWS, create::ROWS];
+pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, shape::ROWS, index::ROWS, sort::ROWS, create::ROWS, inplace::ROWS];
 
 /// A one-tensor elementwise op.
 pub const fn unary(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, domain: Domain) -> Row {

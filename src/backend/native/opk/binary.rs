@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use num_traits::Float;
 
-use super::super::autograd::{needs_grad, record};
+use super::super::autograd::{needs_grad, record_saving};
 use super::super::elem::{cast, with_elem, with_float, Elem, FloatElem, B8};
 use super::super::fused::Real;
 use super::super::kernels::{expand_strides, zip_into, Ptr, Walk};
@@ -162,7 +162,10 @@ fn run<const N: usize, U: NaryFn<N>>(call: &Call, ins: &[Option<&Raw>], names: [
     let ys = y.detached();
     // Edges go to the tensor operands, in order; number operands have none.
     let slots: Vec<usize> = (0..N).filter(|&i| originals[i].is_some()).collect();
-    Ok(vec![record(y, node, &tensors, move |g| {
+    // The derivative reads the operands and the result, except add's and sub's (constants).
+    let reads = !matches!(call.op.name().trim_end_matches('_'), "add" | "sub");
+    let kept: &[&Raw] = if reads { &tensors } else { &[] };
+    Ok(vec![record_saving(y, node, &tensors, kept, reads, move |g| {
         let all = grads(u, g, &saved, &ys, want, dt, &p)?;
         Ok(slots.iter().map(|&i| all[i].clone()).collect())
     })])
@@ -465,7 +468,7 @@ fn clamp_tensor(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let saved = ops.map(|t| t.detached());
     let ys = y.detached();
     let slots: Vec<usize> = (0..3).filter(|&i| originals[i].is_some()).collect();
-    Ok(vec![record(y, "ClampBackward0", &tensors, move |g| {
+    Ok(vec![record_saving(y, "ClampBackward0", &tensors, &tensors, true, move |g| {
         let all = grads(ClampT, g, &saved, &ys, want, dt, &p)?;
         Ok(slots.iter().map(|&i| all[i].clone()).collect())
     })])

@@ -94,7 +94,7 @@ fn check_fits(op: &str, s: Scalar, dt: DType) -> Result<()> {
 }
 
 /// A fresh tensor of `shape` holding `v` (converted as c10's `fill_`).
-fn filled(op: &str, shape: &[i64], dt: DType, v: Scalar) -> Result<Raw> {
+pub(super) fn filled(op: &str, shape: &[i64], dt: DType, v: Scalar) -> Result<Raw> {
     check_fits(op, v, dt)?;
     let out = Raw::empty(shape, dt)?;
     with_elem!(dt, T => out.slice_mut::<T>().fill(T::from_sc(sc(v))));

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use super::super::autograd::{needs_grad, record};
+use super::super::autograd::{needs_grad, record, record_saving};
 use super::super::elem::{cast, match_elem, with_elem, Arith, Elem, B8};
 use super::super::kernels::{cast_to, copy_into, expand_strides, Ptr, Walk};
 use super::super::ops::{convert, plain, sum_mask};
@@ -266,7 +266,7 @@ fn gather(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     }
     let (shape, index) = (x.shape().to_vec(), index.detached());
     // sparse_grad asks PyTorch for a sparse gradient of the same values: ours is dense.
-    Ok(vec![record(out, "GatherBackward0", &[x], move |g| {
+    Ok(vec![record_saving(out, "GatherBackward0", &[x], &[&index.clone()], false, move |g| {
         let gx = Raw::zeros(&shape, g.dtype())?;
         scatter_raw("gather", &gx, d, &index, g, Red::Add, false)?;
         Ok(vec![Some(gx)])
@@ -304,7 +304,7 @@ fn scatter_any(call: &Call, ins: &[Option<&Raw>], op: &'static str, red: Red) ->
     let node = if op == "scatter_add" { "ScatterAddBackward0" } else { "ScatterBackward0" };
     let reduced = call.str("reduce").is_some();
     let (index, src_shape) = (index.detached(), src_t.map(|s| s.shape().to_vec()));
-    Ok(vec![record(out, node, &inputs, move |g| {
+    Ok(vec![record_saving(out, node, &inputs, &[&index.clone()], false, move |g| {
         if reduced {
             crate::bail!(E_AUTOGRAD, "the derivative for scatter with reduce is not implemented (as in PyTorch)");
         }
@@ -375,7 +375,7 @@ fn take_along_dim(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
         return Ok(vec![out]);
     }
     let (xshape, vshape, iv, flat) = (x.shape().to_vec(), xv.shape().to_vec(), iv.detached(), call.int("dim").is_none());
-    Ok(vec![record(out, "TakeAlongDimBackward0", &[x], move |g| {
+    Ok(vec![record_saving(out, "TakeAlongDimBackward0", &[x], &[&iv.clone()], false, move |g| {
         let gx = Raw::zeros(&vshape, g.dtype())?;
         scatter_raw(OP, &gx, d, &iv, g, Red::Add, true)?;
         // The flattened form goes back to the input's shape; a broadcast one is summed by the engine.
@@ -773,7 +773,7 @@ fn masked_select(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
         return Ok(vec![out]);
     }
     let m = m.detached();
-    Ok(vec![record(out, "MaskedSelectBackward0", &[x], move |g| {
+    Ok(vec![record_saving(out, "MaskedSelectBackward0", &[x], &[&m.clone()], false, move |g| {
         // masked_scatter of g into zeros of the broadcast shape; the engine sums it to the input's.
         let gx = Raw::zeros(&shape, g.dtype())?;
         let g = g.contiguous()?;
@@ -817,7 +817,7 @@ fn masked_fill(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
         return Ok(vec![out]);
     }
     let (m, with_value) = (m.detached(), vt.is_some());
-    Ok(vec![record(out, "MaskedFillBackward0", &inputs, move |g| {
+    Ok(vec![record_saving(out, "MaskedFillBackward0", &inputs, &[&m.clone()], false, move |g| {
         let zero = Raw::zeros(&[], g.dtype())?;
         let mut gs = vec![Some(select_raw(OP, &m, &zero, g)?)];
         if with_value {
@@ -854,7 +854,7 @@ fn where_k(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
         return Ok(vec![out]);
     }
     let (cond, has_a, has_b) = (cond.detached(), ta.is_some(), tb.is_some());
-    Ok(vec![record(out, "WhereBackward0", &inputs, move |g| {
+    Ok(vec![record_saving(out, "WhereBackward0", &inputs, &[&cond.clone()], false, move |g| {
         let zero = Raw::zeros(&[], g.dtype())?;
         let mut gs = Vec::new();
         if has_a {

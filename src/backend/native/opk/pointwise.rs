@@ -5,7 +5,7 @@
 
 use num_traits::Float;
 
-use super::super::autograd::{needs_grad, record};
+use super::super::autograd::{needs_grad, record_saving};
 use super::super::elem::{with_elem, with_float, Elem, FloatElem};
 use super::super::fused::Real;
 use super::super::kernels::map_into;
@@ -78,7 +78,9 @@ fn run<U: UnaryFn>(call: &Call, ins: &[Option<&Raw>], node: &'static str, u: U, 
         return Ok(vec![y]);
     }
     let (xs, ys) = (x.detached(), y.detached());
-    Ok(vec![record(y, node, &[x0], move |g| Ok(vec![Some(backward(u, g, &xs, &ys, dt, &p)?)]))])
+    // The derivative may read the input and the result (a converted input is a private copy).
+    let kept: &[&Raw] = if x0.dtype() == dt { &[x0] } else { &[] };
+    Ok(vec![record_saving(y, node, &[x0], kept, true, move |g| Ok(vec![Some(backward(u, g, &xs, &ys, dt, &p)?)]))])
 }
 
 /// Declares a unary op: `name(node) [params] |x, p| forward, |g, x, y, p| backward [, int |v, p| integer form]`.

@@ -11,7 +11,7 @@
 //! softmax runs over the softmax dim in place, vectorised across the dims
 //! after it.
 
-use super::super::autograd::{needs_grad, record};
+use super::super::autograd::{needs_grad, record, record_saving};
 use super::super::elem::{cast, with_elem, with_float, Arith, Elem, FloatElem};
 use super::super::fused::{self, Real};
 use super::super::kernels::{cast_to, Ptr};
@@ -147,7 +147,8 @@ fn lane_backward(out: Raw, x0: &Raw, node: &'static str, xs: Raw, red: Red, f: i
         return out;
     }
     let dt = out.dtype();
-    record(out, node, &[x0], move |g| {
+    // `xs` may be a view of `x0` (f64 lanes in order): saved.
+    record_saving(out, node, &[x0], &[x0], false, move |g| {
         let gv = with_elem!(g.dtype(), S => cast_to::<S, f64>(g))?;
         let gs = gv.slice::<f64>();
         let dx = map_lanes::<f64, f64>(&[&xs], red.r, |i, x, d| f(i, x[0], gs[i], d))?;
@@ -603,7 +604,9 @@ fn scan(call: &Call, ins: &[Option<&Raw>], product: bool) -> Result<Vec<Raw>> {
     }
     let xs = lanes::<f64>(&x, &red)?;
     let node = if product { "CumprodBackward0" } else { "CumsumBackward0" };
-    Ok(vec![record(out, node, &[x0], move |g| {
+    // cumprod reads the input (possibly through a view); cumsum reads nothing.
+    let kept: &[&Raw] = if product { &[x0] } else { &[] };
+    Ok(vec![record_saving(out, node, &[x0], kept, false, move |g| {
         let gs = lanes::<f64>(g, &red)?;
         let dx = map_lanes::<f64, f64>(&[&gs, &xs, &ys], red.r, |_, l, d| if product { cumprod_grad(l[0], l[1], l[2], d) } else { rev_cumsum(l[0], d, |_, g| g) })?;
         Ok(vec![Some(unlanes(&dx, &red, dt)?)])
@@ -765,7 +768,8 @@ fn softmax_any(call: &Call, ins: &[Option<&Raw>], log: bool) -> Result<Vec<Raw>>
     if !needs_grad(&[x0]) {
         return Ok(vec![out]);
     }
-    Ok(vec![record(out, node, &[x0], move |g| {
+    // `y` may be the result's own buffer.
+    Ok(vec![record_saving(out, node, &[x0], &[], true, move |g| {
         let dx = match y.dtype() {
             DType::F64 => softmax_back::<f64>(g, &y, outer, dd, inner, log)?,
             _ => softmax_back::<f32>(g, &y, outer, dd, inner, log)?,

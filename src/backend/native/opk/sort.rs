@@ -10,7 +10,7 @@
 //! the same index among equal values. Lanes (the elements along `dim`) are
 //! independent, so results do not depend on the thread count.
 
-use super::super::autograd::{needs_grad, record};
+use super::super::autograd::{needs_grad, record_saving};
 use super::super::elem::{with_elem, with_float, Elem, B8};
 use super::super::kernels::Ptr;
 use super::super::ops::convert;
@@ -160,7 +160,8 @@ fn picked_backward(out: Raw, x: &Raw, dim: usize, keepdim: bool, idx: Raw, node:
         return out;
     }
     let (rank, lane_shape) = (x.dim(), swap(x, dim).shape().to_vec());
-    record(out, node, &[x], move |g| {
+    // The indices may be a result the caller holds (topk's, sort's): saved.
+    record_saving(out, node, &[x], &[&idx.clone()], false, move |g| {
         let g = if keepdim || rank == 0 {
             g.clone()
         } else {
