@@ -146,8 +146,9 @@ fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000
 
 # Benchmarks print ratios taken in one run; they are not tests.
-bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/examples/train_tinylm
+bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/bench/native_ops_c build/examples/train_tinylm
 	build/bench/native_c
+	python benches/native_ops_compare.py build/bench/native_ops_c
 	cargo bench --bench handles
 	cargo bench --bench ops_tch --no-run
 	python benches/ops_compare.py build/bench/ops_c "$$(ls -t target/release/deps/ops_tch-* | grep -v '\.d$$' | head -1)"
@@ -159,6 +160,12 @@ bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/na
 build/bench/%: benches/%.c benches/bench.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -O2 $< -o $@ $(LDLIBS)
+
+# The native kernels against PyTorch eager: linked with the libtorch-free
+# library (only the native backend), so no libtorch is loaded beside it.
+build/bench/native_ops_c: benches/native_ops_c.c benches/bench.h include/enkai_tensor.h $(NOTORCH)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O2 $< -o $@ -L$(NOTORCH_DIR) -lenkai_tensor -Wl,-rpath,$(CURDIR)/$(NOTORCH_DIR) -lpthread -lm
 
 clean:
 	rm -rf build target

@@ -92,6 +92,52 @@ impl<const N: usize> Walk<N> {
         let chunks = (par::threads() * 4).min(rows);
         par::for_each(chunks, &|c| self.for_rows(base, rows * c / chunks, rows * (c + 1) / chunks, &f));
     }
+
+    /// `par_rows` with a look-ahead: `pre(row r + ahead)` runs before
+    /// `f(row r)` (each chunk of rows in order, `ahead` at most `AHEAD`),
+    /// so `pre` can prefetch what a later row will read.
+    pub fn par_rows_ahead(&self, base: [isize; N], ahead: usize, pre: impl Fn([isize; N]) + Sync, f: impl Fn([isize; N]) + Sync) {
+        let ahead = ahead.clamp(1, AHEAD);
+        let rows = self.rows();
+        let chunks = if par::parallel(rows * self.inner) && rows >= 2 { (par::threads() * 4).min(rows) } else { 1 };
+        par::for_each(chunks, &|c| {
+            let mut ring = [[0isize; N]; AHEAD];
+            let mut k = 0;
+            self.for_rows(base, rows * c / chunks, rows * (c + 1) / chunks, |off| {
+                pre(off);
+                if k >= ahead {
+                    f(ring[k % ahead]);
+                }
+                ring[k % ahead] = off;
+                k += 1;
+            });
+            for j in k.saturating_sub(ahead)..k {
+                f(ring[j % ahead]);
+            }
+        });
+    }
+}
+
+/// The longest look-ahead of `Walk::par_rows_ahead`.
+pub const AHEAD: usize = 16;
+
+/// Asks the CPU to bring the `bytes` bytes at `p` into cache, a line at a
+/// time: a hint, which reads nothing and never faults, whatever the address.
+#[inline(always)]
+pub fn prefetch(p: *const u8, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        for k in (0..bytes).step_by(64) {
+            // SAFETY: a prefetch accesses no memory (SSE, in the x86-64 baseline).
+            #[allow(unused_unsafe)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(k).cast())
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, bytes);
 }
 
 /// A raw pointer that may cross to pool threads: each row writes disjoint elements.
@@ -109,6 +155,11 @@ impl<T> Ptr<T> {
     #[inline(always)]
     pub unsafe fn at(self, i: isize) -> *mut T {
         self.0.offset(i)
+    }
+    /// `i` elements on, possibly outside the view: an address for `prefetch` only.
+    #[inline(always)]
+    pub fn wrapping_at(self, i: isize) -> *const u8 {
+        self.0.wrapping_offset(i).cast()
     }
 }
 
