@@ -23,4 +23,12 @@ static int64_t must(int64_t h) {
     return h;
 }
 
+/* A status call's 0, or exit with the library's last error. */
+static inline void ok(int rc) {
+    if (rc != 0) {
+        fprintf(stderr, "bench: %s\n", enkai_tensor_last_error());
+        exit(1);
+    }
+}
+
 #endif

@@ -5,13 +5,6 @@
 #include <string.h>
 #include "bench.h"
 
-static void ok(int rc) {
-    if (rc != 0) {
-        fprintf(stderr, "bench: %s\n", enkai_tensor_last_error());
-        exit(1);
-    }
-}
-
 /* The inputs of one case, made on the active backend. */
 typedef struct {
     int64_t t[4];

@@ -7,13 +7,6 @@
 #include <string.h>
 #include "bench.h"
 
-static void ok(int rc) {
-    if (rc != 0) {
-        fprintf(stderr, "bench: %s\n", enkai_tensor_last_error());
-        exit(1);
-    }
-}
-
 /* One case: an op by its PyTorch name, its tensor inputs and kwargs. */
 typedef struct {
     const char *name, *op, *kwargs;

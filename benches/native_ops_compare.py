@@ -14,9 +14,9 @@ left alone.
 import os
 import subprocess
 import sys
-import time
 
 import torch
+from timing import bench
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 
@@ -29,18 +29,6 @@ CASES = [
     ("gather_dim1", "gather dim=1 [4096,1024] by [4096,64]", 60),
     ("index_select_dim0", "index_select dim=0 [4096,1024] by [1024]", 200),
 ]
-
-
-def bench(f, iters):
-    for _ in range(iters // 10 + 1):
-        f()
-    best = float("inf")
-    for _ in range(7):
-        t0 = time.perf_counter_ns()
-        for _ in range(iters):
-            f()
-        best = min(best, (time.perf_counter_ns() - t0) / iters)
-    return best
 
 
 def eager_ops():

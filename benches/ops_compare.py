@@ -8,9 +8,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
+from timing import bench
 import torch.nn.functional as F
 
 THREADS = int(os.environ.get("OMP_NUM_THREADS", "1"))
@@ -24,18 +24,6 @@ def parse(out):
 def run(cmd):
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), MKL_NUM_THREADS=str(THREADS))
     return parse(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
-
-
-def bench(f, iters):
-    for _ in range(iters // 10):
-        f()
-    best = float("inf")
-    for _ in range(7):
-        t0 = time.perf_counter_ns()
-        for _ in range(iters):
-            f()
-        best = min(best, (time.perf_counter_ns() - t0) / iters)
-    return best
 
 
 def pytorch():

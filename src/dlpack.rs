@@ -79,6 +79,8 @@ fn dl_dtype(d: DType) -> DLDataType {
         DType::I32 => (0, 32),
         DType::Bool => (6, 8),
         DType::U8 => (1, 8),
+        DType::I8 => (0, 8),
+        DType::I16 => (0, 16),
     };
     DLDataType { code, bits, lanes: 1 }
 }
@@ -87,7 +89,7 @@ fn dtype_of(t: DLDataType) -> Result<DType> {
     DType::ALL.into_iter().find(|&d| dl_dtype(d) == t).ok_or_else(|| {
         crate::err!(
             E_DTYPE,
-            "DLPack dtype code {} bits {} lanes {} has no ABI dtype (fp32, fp16, bf16, fp64, int64, int32, bool, uint8)",
+            "DLPack dtype code {} bits {} lanes {} has no ABI dtype (fp32, fp16, bf16, fp64, int64, int32, int16, int8, bool, uint8)",
             t.code,
             t.bits,
             t.lanes

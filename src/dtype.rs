@@ -12,11 +12,13 @@ pub enum DType {
     I32,
     Bool,
     U8,
+    I8,
+    I16,
 }
 
 impl DType {
-    pub const ALL: [DType; 8] =
-        [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32, DType::Bool, DType::U8];
+    pub const ALL: [DType; 10] =
+        [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32, DType::Bool, DType::U8, DType::I8, DType::I16];
 
     /// Parses a dtype name; both the canonical and the short alias are accepted, case-sensitively.
     pub fn parse(name: &str) -> Result<DType> {
@@ -24,7 +26,7 @@ impl DType {
             Some(d) => Ok(d),
             None => crate::bail!(
                 E_INVALID_ARG,
-                "unknown dtype {name:?} (expected fp32, fp16, bf16, fp64, int64, int32, bool or uint8)"
+                "unknown dtype {name:?} (expected fp32, fp16, bf16, fp64, int64, int32, int16, int8, bool or uint8)"
             ),
         }
     }
@@ -40,6 +42,8 @@ impl DType {
             b"int32" | b"i32" => DType::I32,
             b"bool" => DType::Bool,
             b"uint8" | b"u8" => DType::U8,
+            b"int8" | b"i8" => DType::I8,
+            b"int16" | b"i16" => DType::I16,
             _ => return None,
         })
     }
@@ -62,6 +66,8 @@ impl DType {
             DType::I64 => within(i64::MIN as f64, i64::MAX as f64),
             DType::I32 => within(i32::MIN as f64, i32::MAX as f64),
             DType::U8 => within(0.0, 255.0),
+            DType::I8 => within(-128.0, 127.0),
+            DType::I16 => within(-32768.0, 32767.0),
         }
     }
 
@@ -76,6 +82,8 @@ impl DType {
             DType::I32 => "int32",
             DType::Bool => "bool",
             DType::U8 => "uint8",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
         }
     }
 
@@ -83,8 +91,8 @@ impl DType {
         match self {
             DType::F64 | DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
-            DType::Bool | DType::U8 => 1,
+            DType::F16 | DType::BF16 | DType::I16 => 2,
+            DType::Bool | DType::U8 | DType::I8 => 1,
         }
     }
 

@@ -121,10 +121,12 @@ def device(spec: Optional[str] = None) -> Device:
     return Device(spec)
 
 
-_DTYPE_SIZES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
+_DTYPE_SIZES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+                "bool": 1, "uint8": 1}
 _NUMPY = {"fp32": "float32", "fp16": "float16", "fp64": "float64", "int64": "int64", "int32": "int32",
-          "bool": "bool", "uint8": "uint8"}
-_STRUCT = {"fp32": "f", "fp16": "e", "fp64": "d", "int64": "q", "int32": "i", "bool": "?", "uint8": "B"}
+          "int16": "int16", "int8": "int8", "bool": "bool", "uint8": "uint8"}
+_STRUCT = {"fp32": "f", "fp16": "e", "fp64": "d", "int64": "q", "int32": "i", "int16": "h", "int8": "b", "bool": "?",
+           "uint8": "B"}
 _FLOATING = ("fp32", "fp64", "bf16", "fp16")
 DeviceLike = Union["Device", str, None]
 Spec = Union[str, bytes, Dict[str, Any]]  # an LM spec: JSON text or a dict
@@ -169,7 +171,8 @@ def _flatten(data: Any, shape: List[int], out: List[Any]) -> List[Any]:
 
 # torch.promote_types over the dtypes the library has: bool < integers <
 # floats; within a kind the wider wins, and fp16 with bf16 meet at fp32.
-_KIND = {"bool": 0, "uint8": 1, "int32": 1, "int64": 1, "fp16": 2, "bf16": 2, "fp32": 2, "fp64": 2}
+_KIND = {"bool": 0, "uint8": 1, "int8": 1, "int16": 1, "int32": 1, "int64": 1, "fp16": 2, "bf16": 2, "fp32": 2,
+         "fp64": 2}
 
 
 def _promote(a: str, b: str) -> str:
@@ -179,6 +182,8 @@ def _promote(a: str, b: str) -> str:
         return a if _KIND[a] > _KIND[b] else b
     if {a, b} == {"fp16", "bf16"}:
         return "fp32"
+    if {a, b} == {"uint8", "int8"}:
+        return "int16"
     return a if _DTYPE_SIZES[a] > _DTYPE_SIZES[b] else b
 
 
@@ -205,7 +210,8 @@ def _element_dtype(v: Any) -> str:
     raise TypeError(f"cannot make a tensor of {type(v).__name__} elements")
 
 
-_INT_RANGE = {"uint8": (0, 255), "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
+_INT_RANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-2 ** 15, 2 ** 15 - 1), "int32": (-2 ** 31, 2 ** 31 - 1),
+              "int64": (-2 ** 63, 2 ** 63 - 1)}
 
 
 def _check_range(flat: List[Any], dtype: str) -> None:
@@ -322,7 +328,7 @@ class Tensor:
     does: nested lists and Python scalars (floats become fp32, ints int64,
     bools bool, mixed ones promoted as torch does, so `Tensor(5)` is a 0-dim
     int64 tensor), numpy arrays and numpy scalars (their dtype kept: float32,
-    float64, float16, int64, int32, uint8, bool; bf16 has no numpy dtype),
+    float64, float16, int64, int32, int16, int8, uint8, bool; bf16 has no numpy dtype),
     or anything with `__array__`. `dtype` converts. A handle is never data:
     to take over one a C function returned, use `Tensor._from_handle(h)`
     (or `Tensor.borrow(h)` to add a reference to one you keep).
@@ -384,7 +390,7 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        """The dtype's name: fp32, fp64, bf16, fp16, int64, int32, bool or uint8."""
+        """The dtype's name: fp32, fp64, bf16, fp16, int64, int32, int16, int8, bool or uint8."""
         return _out_string(lib.enkai_tensor_dtype, self.handle)
 
     @property
@@ -724,8 +730,8 @@ def from_bytes(data: Union[bytes, bytearray, memoryview], shape: Shape, dtype: s
 
 def from_numpy(a: Any, dev: DeviceLike = None) -> Tensor:
     """A copy of a numpy array (or numpy scalar, or anything with
-    `__array__`) with its dtype: float32/float64/float16/int64/int32/uint8/
-    bool become fp32/fp64/fp16/int64/int32/uint8/bool; others raise
+    `__array__`) with its dtype: float32/float64/float16/int64/int32/int16/
+    int8/uint8/bool become fp32/fp64/fp16/int64/int32/int16/int8/uint8/bool; others raise
     TypeError. Any strides; a 0-d array gives a 0-dim tensor."""
     import numpy as np
 

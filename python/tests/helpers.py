@@ -5,7 +5,8 @@ import torch
 import enkai_tensor as et
 
 DT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
-      torch.int64: "int64", torch.int32: "int32", torch.bool: "bool", torch.uint8: "uint8"}
+      torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.bool: "bool",
+      torch.uint8: "uint8"}
 TORCH = {v: k for k, v in DT.items()}
 
 

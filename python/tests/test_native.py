@@ -14,7 +14,8 @@ import enkai_tensor as et
 from helpers import DT, same, to_et, to_torch
 
 pytestmark = pytest.mark.usefixtures("backend")
-ALL = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool, torch.uint8]
+ALL = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+       torch.bool, torch.uint8]
 OPS = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y, "div": lambda x, y: x / y}
 
 

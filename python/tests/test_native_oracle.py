@@ -303,7 +303,7 @@ def test_to_dtype_aliases_and_unknown_names():
     x = torch.randn(3)
     for alias, dt in [("f32", F32), ("f16", F16), ("f64", F64), ("i64", I64), ("i32", I32), ("u8", U8)]:
         same(to_et(x).to_dtype(alias), x.to(dt))
-    for bad in ["float", "FP32", "int8", ""]:
+    for bad in ["float", "FP32", "int4", ""]:
         refuses(lambda: to_et(x).to_dtype(bad), "E_INVALID_ARG")
 
 

@@ -14,6 +14,7 @@ Tolerances, by result dtype:
 Gradients use the same classes, with atol scaled by the gradient's size.
 """
 
+import gc
 import json
 
 import numpy as np
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.usefixtures("backend")
 SCHEMA = et.op_schema()
 OPS = sorted({o["name"] for o in SCHEMA})
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "fp16": torch.float16, "bf16": torch.bfloat16,
-          "int64": torch.int64, "int32": torch.int32, "uint8": torch.uint8, "bool": torch.bool}
+          "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+          "bool": torch.bool}
 NAMES = {v: k for k, v in DTYPES.items()}
 TOL = {"fp64": (1e-10, 1e-12), "fp32": (1e-5, 1e-6), "fp16": (2e-3, 1e-3), "bf16": (1.6e-2, 1e-2)}
 # Off-default values for string arguments (numbers and bools are varied generically).
@@ -43,7 +45,7 @@ def overloads(name):
 def values(rng, shape, dtype, domain):
     if dtype == "bool":
         return rng.random(shape) < 0.5
-    if dtype in ("int64", "int32"):
+    if dtype in ("int64", "int32", "int16", "int8"):
         return rng.integers(-5, 6, shape).astype(dtype)
     if dtype == "uint8":
         return rng.integers(0, 11, shape).astype(np.uint8)
@@ -242,6 +244,7 @@ def test_schema_covers_both_backends():
 
 def test_generic_entry_errors(backend):
     x = et.tensor([[1.0, -2.0]])
+    gc.collect()  # earlier tests' garbage must not be freed between the two counts
     before = et.live()["tensors"]
     cases = [
         (lambda: et.op("no_such_op", x), "E_INVALID_ARG", "unknown op"),

@@ -38,6 +38,8 @@ fn st_name(d: DType) -> &'static str {
         DType::I32 => "I32",
         DType::Bool => "BOOL",
         DType::U8 => "U8",
+        DType::I8 => "I8",
+        DType::I16 => "I16",
     }
 }
 
@@ -51,6 +53,8 @@ fn st_dtype(name: &str) -> Option<DType> {
         "I32" => DType::I32,
         "BOOL" => DType::Bool,
         "U8" => DType::U8,
+        "I8" => DType::I8,
+        "I16" => DType::I16,
         _ => return None,
     })
 }

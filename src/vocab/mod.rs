@@ -219,7 +219,7 @@ pub fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
 fn category(d: DType) -> u8 {
     match d {
         DType::Bool => 0,
-        DType::U8 | DType::I32 | DType::I64 => 1,
+        DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64 => 1,
         _ => 2,
     }
 }
@@ -272,7 +272,9 @@ pub fn promote_types(a: DType, b: DType) -> DType {
         (F16, _) | (_, F16) => F16,
         (I64, _) | (_, I64) => I64,
         (I32, _) | (_, I32) => I32,
-        (U8, U8) => U8,
+        (I16, _) | (_, I16) => I16,
+        // uint8 and int8: the smallest signed type holding both.
+        _ => I16,
     }
 }
 
@@ -282,7 +284,7 @@ impl Accept {
             Accept::All => true,
             Accept::Num => d != DType::Bool,
             Accept::Float => d.is_float(),
-            Accept::Signed => d.is_float() || matches!(d, DType::I32 | DType::I64),
+            Accept::Signed => d.is_float() || matches!(d, DType::I8 | DType::I16 | DType::I32 | DType::I64),
         }
     }
 

@@ -221,6 +221,8 @@ fn parse_ty(t: &str, text: &str) -> Result<(Ty, bool, bool)> {
 fn dtype_code(c: i64) -> Option<DType> {
     Some(match c {
         0 => DType::U8,
+        1 => DType::I8,
+        2 => DType::I16,
         3 => DType::I32,
         4 => DType::I64,
         5 => DType::F16,

@@ -64,7 +64,7 @@ macro_rules! arith_int {
         }
     )*};
 }
-arith_int!(i64, i32, u8);
+arith_int!(i64, i32, i16, i8, u8);
 
 impl PartialOrd for B8 {
     fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
@@ -179,6 +179,17 @@ elem_same!(i32, I32, I, |s| match s {
     Sc::I(v) => v as i32,
     Sc::B(b) => i32::from(b),
 });
+// Floats to int16/int8 as x86 converts them (through int32, then wrapped).
+elem_same!(i16, I16, I, |s| match s {
+    Sc::F(v) => f_to_i32(v) as i16,
+    Sc::I(v) => v as i16,
+    Sc::B(b) => i16::from(b),
+});
+elem_same!(i8, I8, I, |s| match s {
+    Sc::F(v) => f_to_i32(v) as i8,
+    Sc::I(v) => v as i8,
+    Sc::B(b) => i8::from(b),
+});
 // c10 converts floats to uint8 through int64, so negatives wrap instead of being UB.
 elem_same!(u8, U8, I, |s| match s {
     Sc::F(v) => f_to_i64(v) as u8,
@@ -261,7 +272,7 @@ macro_rules! with_elem {
     ($dt:expr, $T:ident => $body:expr) => {
         $crate::backend::native::elem::match_elem!($dt, $T => $body, [
             F32: f32, F64: f64, BF16: half::bf16, F16: half::f16,
-            I64: i64, I32: i32, Bool: $crate::backend::native::elem::B8, U8: u8
+            I64: i64, I32: i32, Bool: $crate::backend::native::elem::B8, U8: u8, I8: i8, I16: i16
         ])
     };
 }

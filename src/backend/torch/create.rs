@@ -102,6 +102,8 @@ extern "C" {
 pub(super) fn scalar_type(d: DType) -> c_int {
     match d {
         DType::U8 => 0,
+        DType::I8 => 1,
+        DType::I16 => 2,
         DType::I32 => 3,
         DType::I64 => 4,
         DType::F16 => 5,

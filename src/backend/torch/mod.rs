@@ -155,6 +155,8 @@ pub(crate) fn kind(d: DType) -> tch::Kind {
         DType::I32 => tch::Kind::Int,
         DType::Bool => tch::Kind::Bool,
         DType::U8 => tch::Kind::Uint8,
+        DType::I8 => tch::Kind::Int8,
+        DType::I16 => tch::Kind::Int16,
     }
 }
 
@@ -168,6 +170,8 @@ pub(crate) fn dtype_of(k: tch::Kind) -> crate::error::Result<DType> {
         tch::Kind::Int => DType::I32,
         tch::Kind::Bool => DType::Bool,
         tch::Kind::Uint8 => DType::U8,
+        tch::Kind::Int8 => DType::I8,
+        tch::Kind::Int16 => DType::I16,
         other => crate::bail!(E_DTYPE, "libtorch dtype {other:?} has no ABI name"),
     })
 }

@@ -69,6 +69,8 @@ fn limits(dt: DType) -> (f64, f64) {
         DType::I64 => (i64::MIN as f64, i64::MAX as f64),
         DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
         DType::U8 => (0.0, 255.0),
+        DType::I8 => (-128.0, 127.0),
+        DType::I16 => (-32768.0, 32767.0),
         DType::Bool => (0.0, 1.0),
     }
 }

@@ -73,6 +73,8 @@ fn fill_value(op: &str, s: Scalar, dt: DType) -> Result<Raw> {
         (DType::F16, _) => (-65504.0, 65504.0),
         (DType::I64, _) => (-9.223_372_036_854_776e18, 9.223_372_036_854_776e18),
         (DType::I32, _) => (-2147483648.0, 2147483647.0),
+        (DType::I16, _) => (-32768.0, 32767.0),
+        (DType::I8, _) => (-128.0, 127.0),
         // An integer wraps into uint8 two's-complement style, as c10 allows.
         (DType::U8, Scalar::Int(_)) => (-255.0, 255.0),
         (DType::U8, _) => (0.0, 255.0),

@@ -91,7 +91,7 @@ macro_rules! key_int {
         }
     )*};
 }
-key_int!(i64, i32, u8);
+key_int!(i64, i32, i16, i8, u8);
 
 impl Key for B8 {
     fn key(self) -> u64 {
