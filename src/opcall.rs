@@ -268,8 +268,21 @@ thread_local! {
     static CACHE: RefCell<(Cache, usize)> = RefCell::new((HashMap::default(), 0));
 }
 
+/// The input pattern as a bit mask, when it tells the pattern apart from
+/// every other of its length: `None` for a 0 handle past the 64th input
+/// (the resolution records which inputs are present, so such a call is
+/// resolved afresh rather than served another pattern's resolution).
+fn pattern(present: &[bool]) -> Option<u64> {
+    if present.len() > 64 && present[64..].contains(&false) {
+        return None;
+    }
+    Some(present.iter().take(64).enumerate().fold(0u64, |m, (i, &p)| m | (u64::from(p) << i)))
+}
+
 fn resolve_cached(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Rc<Resolved>> {
-    let mask = present.iter().take(64).enumerate().fold(0u64, |m, (i, &p)| m | (u64::from(p) << i));
+    let Some(mask) = pattern(present) else {
+        return resolve(op, present, kwargs).map(Rc::new);
+    };
     let key = (op.index, mask, present.len());
     let text = kwargs.unwrap_or("");
     let hit = CACHE.with(|c| c.borrow().0.get(&key).and_then(|m| m.get(text)).cloned());

@@ -441,3 +441,23 @@ def test_generic_entry_equals_the_typed_functions(backend):
     # ... and the Python methods built from the schema are the same entry.
     np.testing.assert_array_equal(a.exp().numpy(), et.op("exp", a).numpy())
     np.testing.assert_array_equal(et.clamp(a, min=0.0).numpy(), et.op("clamp", a, min=0.0).numpy())
+
+
+def test_a_left_out_tensor_past_the_64th_input_is_never_served_another_pattern(backend):
+    """The resolution records which inputs are present; a call with a 0
+    handle past the 64th input must be resolved for its own pattern (the
+    cache's key holds 64 of them), so it is refused, not run on a NULL tensor."""
+    import ctypes
+
+    xs = [et.from_numpy(np.full((1,), float(i), np.float32)) for i in range(70)]
+    hs = [x.handle for x in xs]
+    out = (ctypes.c_int64 * 1)()
+    arr = (ctypes.c_int64 * 70)(*hs)
+    for _ in range(2):
+        assert et.lib.enkai_op(b"cat", arr, 70, None, out, 1) == 1
+        np.testing.assert_array_equal(et._wrap(out[0]).numpy(), np.arange(70, dtype=np.float32))
+    arr[66] = 0
+    before = et.live()["tensors"]
+    assert et.lib.enkai_op(b"cat", arr, 70, None, out, 1) == -1
+    assert "0 handle in the tensor list" in et.lib.enkai_tensor_last_error().decode()
+    assert et.live()["tensors"] == before
