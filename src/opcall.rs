@@ -329,24 +329,29 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
         // As torch.cat wraps dims: against the first tensor that is not a legacy 1-D empty one.
         Value::Tensors(items) => {
             let live = || items.iter().flatten().filter_map(|&i| ts[i]);
-            live().find(|t| imp::shape(&t.raw) != [0]).or_else(|| live().next())
+            live().find(|t| imp::dims(&t.raw).as_slice() != [0]).or_else(|| live().next())
         }
         _ => None,
     });
     if let Some(t) = first {
-        let mut shape = imp::shape(&t.raw);
-        if new_dim(name) {
-            shape.push(1);
-        }
+        // The first tensor's shape, read only for a call that has dims to normalise.
+        let mut shape: Option<SmallVec<[i64; 8]>> = None;
         for (p, v) in sig.params.iter().zip(args.iter_mut()) {
             if !DIM_PARAMS.contains(&p.name.as_str()) || not_dims(name, &p.name) {
                 continue;
             }
+            let shape = shape.get_or_insert_with(|| {
+                let mut s = imp::dims(&t.raw);
+                if new_dim(name) {
+                    s.push(1);
+                }
+                s
+            });
             match v {
-                Value::Int(d) => *d = vocab::norm_dim(name, *d, &shape)?,
+                Value::Int(d) => *d = vocab::norm_dim(name, *d, shape)?,
                 Value::Ints(ds) => {
                     for d in ds.iter_mut() {
-                        *d = vocab::norm_dim(name, *d, &shape)?;
+                        *d = vocab::norm_dim(name, *d, shape)?;
                     }
                     if name == "roll" {
                         continue; // rolling a dim twice is allowed
@@ -362,15 +367,20 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
         }
     }
     let row = op.row;
-    let governed = || {
-        sig.params.iter().zip(args.iter()).filter(|(p, _)| !exempt(&p.name)).flat_map(|(_, v)| match v {
-            Value::Tensor(i) => vec![*i],
-            Value::Tensors(items) => items.iter().flatten().copied().collect(),
-            _ => vec![],
-        })
-    };
+    // The inputs whose dtype the op's rule governs, in order.
+    let mut governed: SmallVec<[usize; 8]> = SmallVec::new();
+    for (p, v) in sig.params.iter().zip(args.iter()) {
+        if exempt(&p.name) {
+            continue;
+        }
+        match v {
+            Value::Tensor(i) => governed.push(*i),
+            Value::Tensors(items) => governed.extend(items.iter().flatten().copied()),
+            _ => {}
+        }
+    }
     if row.kind != Kind::Pointwise {
-        for i in governed() {
+        for &i in &governed {
             let Some(t) = ts[i] else { continue };
             let d = imp::dtype(&t.raw)?;
             if !row.accept.allows(d) {
@@ -381,18 +391,18 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
     }
     // Elementwise: the promoted dtype of the tensors and the numbers that take part.
     let mut dt: Option<(DType, bool)> = None;
-    let mut shape: Vec<i64> = Vec::new();
-    for i in governed() {
+    for &i in &governed {
         let Some(t) = ts[i] else { continue };
-        let (d, has_dims) = (imp::dtype(&t.raw)?, !imp::shape(&t.raw).is_empty());
+        let (d, has_dims) = (imp::dtype(&t.raw)?, !imp::dims(&t.raw).is_empty());
         dt = Some(match dt {
             None => (d, has_dims),
             Some((a, a_dim)) => (vocab::promote(a, a_dim, d, has_dims), a_dim || has_dims),
         });
     }
+    let mut shape: SmallVec<[i64; 8]> = SmallVec::new();
     for t in ts.iter().flatten() {
-        let s = imp::shape(&t.raw);
-        match vocab::broadcast(&shape, &s) {
+        let s = imp::dims(&t.raw);
+        match vocab::broadcast_dims(&shape, &s) {
             Some(b) => shape = b,
             None => crate::bail!(E_SHAPE, "{name}: shapes {} and {} do not broadcast", fmt(&shape), fmt(&s)),
         }

@@ -233,6 +233,11 @@ pub fn shape(t: &Raw) -> Vec<i64> {
     on!(t, t => torch: torch::shape(t), native: native::shape(t))
 }
 
+/// `shape`, kept off the heap for up to 8 dims (the native backend's shape is not copied to a `Vec`).
+pub fn dims(t: &Raw) -> smallvec::SmallVec<[i64; 8]> {
+    on!(t, t => torch: torch::shape(t).into(), native: t.shape().into())
+}
+
 pub fn dtype(t: &Raw) -> Result<DType> {
     on!(t, t => torch: torch::dtype(t), native: Ok(native::dtype(t)))
 }
