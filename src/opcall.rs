@@ -646,6 +646,12 @@ fn backend_of<'t>(name: &str, ts: impl Iterator<Item = &'t Tensor> + Clone) -> R
 fn run_n<const N: usize>(op: &'static OpDef, resolved: &Resolved, hs: [i64; N], out: &mut Out) -> Result<usize> {
     let refs = TENSORS.get_n(hs)?;
     let b = backend_of(op.name(), refs.iter().map(|r| &**r))?;
+    // The plain binary form on libtorch (`plain_binary`): its direct entry, one result, as the typed function.
+    if let (Some(bop), backend::BackendId::Torch, [x, y]) = (resolved.binary, b, refs.as_slice()) {
+        let raw = imp::binary(bop, &x.raw, &y.raw).map_err(|e| refused(op, resolved, &[Some(&**x), Some(&**y)], true, e))?;
+        out.check(op, 1)?;
+        return Ok(out.write(&[TENSORS.insert_after(Tensor { backend: b, raw }, refs)?]));
+    }
     let ts: [Option<&Tensor>; N] = refs.each_ref().map(|r| Some(&**r));
     let raws: [Option<&Raw>; N] = refs.each_ref().map(|r| Some(&r.raw));
     let mut outs = exec(op, resolved, b, &ts, &raws)?;
@@ -680,9 +686,6 @@ fn exec(op: &'static OpDef, resolved: &Resolved, b: backend::BackendId, ts: &[Op
     // refuses (for the message both backends share), so its success path
     // pays nothing for them. The native backend gets checked arguments.
     let torch = b == backend::BackendId::Torch;
-    if let (true, Some(op2), [Some(x), Some(y)]) = (torch, resolved.binary, raws) {
-        return imp::binary(op2, x, y).map(|r| smallvec::smallvec![r]).map_err(|e| refused(op, resolved, ts, torch, e));
-    }
     let checked: SmallVec<[Value; 8]>;
     let (args, out_dtype, promoted) = if torch {
         (&resolved.args[..], None, None)
