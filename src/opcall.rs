@@ -571,16 +571,16 @@ fn memo_put(name: &str, kwargs: Option<&str>, present: &[bool], op: &'static OpD
 }
 
 /// Where `enkai_op` writes its result handles: `cap` slots at `ptr`.
-pub struct Out {
+pub struct ResultSlots {
     ptr: *mut i64,
     cap: usize,
 }
 
-impl Out {
+impl ResultSlots {
     /// # Safety
     /// `ptr` has `cap` writable slots for the call (NULL only when `cap` is 0).
-    pub unsafe fn new(ptr: *mut i64, cap: usize) -> Out {
-        Out { ptr, cap }
+    pub unsafe fn new(ptr: *mut i64, cap: usize) -> ResultSlots {
+        ResultSlots { ptr, cap }
     }
 
     fn check(&self, op: &OpDef, n: usize) -> Result<()> {
@@ -601,14 +601,14 @@ impl Out {
 /// `enkai_op`'s fast path: runs the call if this thread has resolved its
 /// name, kwargs and input pattern before; `None` (nothing done) otherwise.
 #[inline]
-pub fn run_memoized(key: &Key, inputs: &[i64], out: &mut Out) -> Option<Result<usize>> {
+pub fn run_memoized(key: &Key, inputs: &[i64], out: &mut ResultSlots) -> Option<Result<usize>> {
     let (op, resolved) = memo_get(key)?;
     Some(run_resolved(op, &resolved, inputs, out))
 }
 
 /// Runs op `name` on `inputs` (0 = an optional tensor left out) with JSON
 /// `kwargs`; writes the new handles to `out` and returns their number.
-pub fn run(name: &str, inputs: &[i64], kwargs: Option<&str>, out: &mut Out) -> Result<usize> {
+pub fn run(name: &str, inputs: &[i64], kwargs: Option<&str>, out: &mut ResultSlots) -> Result<usize> {
     let Some(op) = vocab::find(name) else {
         crate::bail!(E_INVALID_ARG, "unknown op {name:?} (enkai_op_schema lists the ops)");
     };
@@ -622,7 +622,7 @@ pub fn run(name: &str, inputs: &[i64], kwargs: Option<&str>, out: &mut Out) -> R
 /// for). The common shapes (one to three inputs, none left out) borrow
 /// their inputs as the typed functions do, in a fixed-size array.
 #[inline]
-fn run_resolved(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut Out) -> Result<usize> {
+fn run_resolved(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut ResultSlots) -> Result<usize> {
     match *inputs {
         [a, b] if a != 0 && b != 0 => run_n(op, resolved, [a, b], out),
         [a] if a != 0 => run_n(op, resolved, [a], out),
@@ -643,7 +643,7 @@ fn backend_of<'t>(name: &str, ts: impl Iterator<Item = &'t Tensor> + Clone) -> R
     backend::same_backend(name, &live)
 }
 
-fn run_n<const N: usize>(op: &'static OpDef, resolved: &Resolved, hs: [i64; N], out: &mut Out) -> Result<usize> {
+fn run_n<const N: usize>(op: &'static OpDef, resolved: &Resolved, hs: [i64; N], out: &mut ResultSlots) -> Result<usize> {
     let refs = TENSORS.get_n(hs)?;
     let b = backend_of(op.name(), refs.iter().map(|r| &**r))?;
     // The plain binary form on libtorch (`plain_binary`): its direct entry, one result, as the typed function.
@@ -665,7 +665,7 @@ fn run_n<const N: usize>(op: &'static OpDef, resolved: &Resolved, hs: [i64; N], 
     Ok(out.write(&hs))
 }
 
-fn run_any(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut Out) -> Result<usize> {
+fn run_any(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut ResultSlots) -> Result<usize> {
     let handles: SmallVec<[i64; 8]> = inputs.iter().copied().filter(|&h| h != 0).collect();
     let refs: SmallVec<[Ref<'static, Tensor>; 4]> = TENSORS.get_many(&handles)?;
     let b = backend_of(op.name(), refs.iter().map(|r| &**r))?;

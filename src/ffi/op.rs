@@ -39,7 +39,7 @@ pub unsafe extern "C" fn enkai_op(name: *const c_char, inputs: *const i64, n_inp
             // SAFETY: `inputs` has `n_inputs` handles (non-NULL when n_inputs > 0).
             let ins = if n_inputs == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(inputs, n_inputs) } };
             // SAFETY: `out` has `cap` slots (non-NULL when cap > 0).
-            let mut slots = unsafe { opcall::Out::new(out, cap) };
+            let mut slots = unsafe { opcall::ResultSlots::new(out, cap) };
             if let Some(r) = unsafe { opcall::Key::new(name, ins, kwargs) }.and_then(|k| opcall::run_memoized(&k, ins, &mut slots)) {
                 return r.map(|n| n as i64);
             }
@@ -61,7 +61,7 @@ unsafe fn checked(name: *const c_char, inputs: *const i64, n_inputs: usize, kwar
         crate::bail!(E_NULL_POINTER, "out is NULL");
     }
     // SAFETY: `out` has `cap` slots (non-NULL when cap > 0, checked above).
-    let mut slots = unsafe { opcall::Out::new(out, cap) };
+    let mut slots = unsafe { opcall::ResultSlots::new(out, cap) };
     opcall::run(name, inputs, kwargs, &mut slots).map(|n| n as i64)
 }
 
