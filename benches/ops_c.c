@@ -55,6 +55,13 @@ int main(int argc, char **argv) {
     int64_t ln[3] = {must(enkai_tensor_randn("[32,256]", "fp32", dev)), must(enkai_tensor_ones("[256]", "fp32", dev)),
                      must(enkai_tensor_zeros("[256]", "fp32", dev))};
     if (argc == 3 && strcmp(argv[1], "count") == 0) {
+        /* One warm-up call of each op first, as the timed bench's warm-up
+         * rounds: the counts are per-call costs, not one-time start-up
+         * (libtorch's first dispatch, the op table's parse, the first
+         * resolution of a name and kwargs). */
+        enkai_tensor_free(must(op_zeros(&dev)));
+        enkai_tensor_free(must(op_add(a4)));
+        enkai_tensor_free(must(op_generic_add(a4)));
         count_zeros_4(dev, atoi(argv[2]));
         count_add_4(a4, atoi(argv[2]));
         count_op_add_4(a4, atoi(argv[2]));

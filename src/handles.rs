@@ -241,6 +241,32 @@ impl<T: Send + Sync> Registry<T> {
         r
     }
 
+    /// Registers `values` (each with a reference count of 1) and ends the
+    /// borrows `done` under one lock, as `insert_after` for a call with any
+    /// number of inputs and results. On failure (too many live handles)
+    /// nothing stays registered.
+    pub fn insert_all_after<'a, I: IntoIterator<Item = T>>(&'a self, values: I, done: impl IntoIterator<Item = Ref<'a, T>>) -> Result<smallvec::SmallVec<[i64; 4]>> {
+        let mut dead: smallvec::SmallVec<[Option<T>; 4]> = smallvec::SmallVec::new();
+        let mut hs = smallvec::SmallVec::new();
+        let mut values = values.into_iter();
+        let r = {
+            let mut g = self.lock();
+            for r in done {
+                dead.push(g.unborrow(r.slot));
+                std::mem::forget(r);
+            }
+            values.by_ref().try_for_each(|v| self.insert_locked(&mut g, v).map(|h| hs.push(h)))
+        };
+        drop(dead);
+        drop(values);
+        if let Err(e) = r {
+            // Just registered with one reference and no borrows: releasing cannot fail.
+            hs.iter().for_each(|&h| drop(self.release(h)));
+            return Err(e);
+        }
+        Ok(hs)
+    }
+
     /// The slot of a live handle `h`; `None` for anything else (the hot path
     /// builds no error).
     #[inline]

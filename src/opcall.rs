@@ -13,15 +13,38 @@ use smallvec::SmallVec;
 use crate::backend::{self, imp, imp::Raw, Tensor};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::Binary;
 use crate::handles::Ref;
 use crate::json::write_int_list as fmt;
 use crate::registry::TENSORS;
 use crate::vocab::{self, Call, Kind, OpDef, Scalar, Sig, Ty, Value};
 
-/// A resolved call before the inputs are seen: the overload and its arguments.
+/// A resolved call before the inputs are seen: the overload and its
+/// arguments, and whether it is a plain binary op (below).
 struct Resolved {
     sig: usize,
     args: Vec<Value>,
+    binary: Option<Binary>,
+}
+
+/// A call of `add`, `sub`, `mul` or `div` on two tensors with `alpha` 1 (or
+/// none) and no other argument: the typed binary op of the same name.
+/// libtorch runs it through its direct entry, cheaper than the boxed
+/// dispatcher (about 100 ns a call on `add` of [4]), and knowing it here,
+/// once per resolution, keeps the per-call path to one branch.
+fn plain_binary(sig: &Sig, args: &[Value]) -> Option<Binary> {
+    let op = match sig.text.split('(').next()? {
+        "add.Tensor" => Binary::Add,
+        "sub.Tensor" => Binary::Sub,
+        "mul.Tensor" => Binary::Mul,
+        "div.Tensor" => Binary::Div,
+        _ => return None,
+    };
+    let alpha_one = match sig.param("alpha").map(|i| &args[i]) {
+        Some(Value::Scalar(s)) => *s == Scalar::Int(1),
+        _ => true,
+    };
+    (alpha_one && matches!(args, [Value::Tensor(0), Value::Tensor(1), ..])).then_some(op)
 }
 
 /// Why an overload does not fit, most specific last.
@@ -246,7 +269,7 @@ fn resolve(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Resolve
     let mut best: Option<Miss> = None;
     for (i, sig) in op.sigs.iter().enumerate() {
         match fit(op, sig, present, &map) {
-            Ok(args) => return Ok(Resolved { sig: i, args }),
+            Ok(args) => return Ok(Resolved { sig: i, binary: plain_binary(sig, &args), args }),
             Err(m) => {
                 if best.as_ref().is_none_or(|b| m > *b) {
                     best = Some(m);
@@ -268,8 +291,21 @@ thread_local! {
     static CACHE: RefCell<(Cache, usize)> = RefCell::new((HashMap::default(), 0));
 }
 
+/// The input pattern as a bit mask, when it tells the pattern apart from
+/// every other of its length: `None` for a 0 handle past the 64th input
+/// (the resolution records which inputs are present, so such a call is
+/// resolved afresh rather than served another pattern's resolution).
+fn pattern(present: &[bool]) -> Option<u64> {
+    if present.len() > 64 && present[64..].contains(&false) {
+        return None;
+    }
+    Some(present.iter().take(64).enumerate().fold(0u64, |m, (i, &p)| m | (u64::from(p) << i)))
+}
+
 fn resolve_cached(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Rc<Resolved>> {
-    let mask = present.iter().take(64).enumerate().fold(0u64, |m, (i, &p)| m | (u64::from(p) << i));
+    let Some(mask) = pattern(present) else {
+        return resolve(op, present, kwargs).map(Rc::new);
+    };
     let key = (op.index, mask, present.len());
     let text = kwargs.unwrap_or("");
     let hit = CACHE.with(|c| c.borrow().0.get(&key).and_then(|m| m.get(text)).cloned());
@@ -316,24 +352,29 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
         // As torch.cat wraps dims: against the first tensor that is not a legacy 1-D empty one.
         Value::Tensors(items) => {
             let live = || items.iter().flatten().filter_map(|&i| ts[i]);
-            live().find(|t| imp::shape(&t.raw) != [0]).or_else(|| live().next())
+            live().find(|t| imp::dims(&t.raw).as_slice() != [0]).or_else(|| live().next())
         }
         _ => None,
     });
     if let Some(t) = first {
-        let mut shape = imp::shape(&t.raw);
-        if new_dim(name) {
-            shape.push(1);
-        }
+        // The first tensor's shape, read only for a call that has dims to normalise.
+        let mut shape: Option<SmallVec<[i64; 8]>> = None;
         for (p, v) in sig.params.iter().zip(args.iter_mut()) {
             if !DIM_PARAMS.contains(&p.name.as_str()) || not_dims(name, &p.name) {
                 continue;
             }
+            let shape = shape.get_or_insert_with(|| {
+                let mut s = imp::dims(&t.raw);
+                if new_dim(name) {
+                    s.push(1);
+                }
+                s
+            });
             match v {
-                Value::Int(d) => *d = vocab::norm_dim(name, *d, &shape)?,
+                Value::Int(d) => *d = vocab::norm_dim(name, *d, shape)?,
                 Value::Ints(ds) => {
                     for d in ds.iter_mut() {
-                        *d = vocab::norm_dim(name, *d, &shape)?;
+                        *d = vocab::norm_dim(name, *d, shape)?;
                     }
                     if name == "roll" {
                         continue; // rolling a dim twice is allowed
@@ -349,15 +390,20 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
         }
     }
     let row = op.row;
-    let governed = || {
-        sig.params.iter().zip(args.iter()).filter(|(p, _)| !exempt(&p.name)).flat_map(|(_, v)| match v {
-            Value::Tensor(i) => vec![*i],
-            Value::Tensors(items) => items.iter().flatten().copied().collect(),
-            _ => vec![],
-        })
-    };
+    // The inputs whose dtype the op's rule governs, in order.
+    let mut governed: SmallVec<[usize; 8]> = SmallVec::new();
+    for (p, v) in sig.params.iter().zip(args.iter()) {
+        if exempt(&p.name) {
+            continue;
+        }
+        match v {
+            Value::Tensor(i) => governed.push(*i),
+            Value::Tensors(items) => governed.extend(items.iter().flatten().copied()),
+            _ => {}
+        }
+    }
     if row.kind != Kind::Pointwise {
-        for i in governed() {
+        for &i in &governed {
             let Some(t) = ts[i] else { continue };
             let d = imp::dtype(&t.raw)?;
             if !row.accept.allows(d) {
@@ -368,18 +414,18 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
     }
     // Elementwise: the promoted dtype of the tensors and the numbers that take part.
     let mut dt: Option<(DType, bool)> = None;
-    let mut shape: Vec<i64> = Vec::new();
-    for i in governed() {
+    for &i in &governed {
         let Some(t) = ts[i] else { continue };
-        let (d, has_dims) = (imp::dtype(&t.raw)?, !imp::shape(&t.raw).is_empty());
+        let (d, has_dims) = (imp::dtype(&t.raw)?, !imp::dims(&t.raw).is_empty());
         dt = Some(match dt {
             None => (d, has_dims),
             Some((a, a_dim)) => (vocab::promote(a, a_dim, d, has_dims), a_dim || has_dims),
         });
     }
+    let mut shape: SmallVec<[i64; 8]> = SmallVec::new();
     for t in ts.iter().flatten() {
-        let s = imp::shape(&t.raw);
-        match vocab::broadcast(&shape, &s) {
+        let s = imp::dims(&t.raw);
+        match vocab::broadcast_dims(&shape, &s) {
             Some(b) => shape = b,
             None => crate::bail!(E_SHAPE, "{name}: shapes {} and {} do not broadcast", fmt(&shape), fmt(&s)),
         }
@@ -421,65 +467,276 @@ fn unsupported(op: &OpDef, b: backend::BackendId) -> Error {
     crate::err!(E_UNSUPPORTED, "{}: not supported on the {} backend", op.name(), b.name())
 }
 
+/// A call's key in the per-thread memo in front of the cache, for
+/// `enkai_op`: its name and kwargs exactly as the C caller passed them
+/// (bytes, read in one pass without the UTF-8 check: an entry is made only
+/// for strings that passed it) and its input pattern; the memo maps it to
+/// the op and its resolution. A hit skips the name's validation and lookup
+/// and the cache's hashing of Rust strings; a miss takes the checked path,
+/// which fills the slot. Direct-mapped (64 slots): two hot calls that share
+/// a slot both go on to the cache.
+pub struct Key<'a> {
+    name: &'a [u8],
+    kwargs: Option<&'a [u8]>,
+    mask: u64,
+    n: usize,
+    hash: u64,
+}
+
+struct Memo {
+    hash: u64,
+    name: Box<[u8]>,
+    kwargs: Option<Box<[u8]>>,
+    mask: u64,
+    n: usize,
+    op: &'static OpDef,
+    resolved: Rc<Resolved>,
+}
+
+const MEMO_SLOTS: usize = 64;
+const FNV_PRIME: u64 = 0x100_0000_01b3;
+const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+thread_local! {
+    static MEMO: RefCell<[Option<Memo>; MEMO_SLOTS]> = const { RefCell::new([const { None }; MEMO_SLOTS]) };
+}
+
+/// A NUL-terminated string's bytes and their FNV-1a hash continued from `h`, in one pass.
+///
+/// # Safety
+/// `p` points to a NUL-terminated string that outlives `'a`.
+#[inline]
+unsafe fn scan<'a>(p: *const std::ffi::c_char, mut h: u64) -> (&'a [u8], u64) {
+    let p = p.cast::<u8>();
+    let mut i = 0;
+    loop {
+        // SAFETY: bytes up to and including the NUL are readable.
+        let b = unsafe { *p.add(i) };
+        if b == 0 {
+            break;
+        }
+        h = (h ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+        i += 1;
+    }
+    // SAFETY: the `i` bytes before the NUL.
+    (unsafe { std::slice::from_raw_parts(p, i) }, h)
+}
+
+/// The hash of a key: the name's FNV-1a hash `h` continued with the kwargs' and the input pattern.
+#[inline]
+fn finish(h: u64, kwargs_hash: Option<u64>, mask: u64, n: usize) -> u64 {
+    let h = (h ^ kwargs_hash.unwrap_or(0x9e37_79b9_7f4a_7c15)).wrapping_mul(FNV_PRIME);
+    let h = (h ^ mask).wrapping_mul(FNV_PRIME);
+    (h ^ n as u64).wrapping_mul(FNV_PRIME)
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(FNV_START, |h, &b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
+}
+
+impl<'a> Key<'a> {
+    /// The key of a call with a non-NULL `name`, or `None` where the memo
+    /// does not apply (more than 64 inputs).
+    ///
+    /// # Safety
+    /// `name` and `kwargs` (if not NULL) are NUL-terminated and outlive `'a`.
+    #[inline]
+    pub unsafe fn new(name: *const std::ffi::c_char, inputs: &[i64], kwargs: *const std::ffi::c_char) -> Option<Key<'a>> {
+        if inputs.len() > 64 {
+            return None;
+        }
+        let mask = inputs.iter().enumerate().fold(0u64, |m, (i, &h)| m | (u64::from(h != 0) << i));
+        // SAFETY: the caller's promise.
+        let (name, h) = unsafe { scan(name, FNV_START) };
+        let (kwargs, kh) = if kwargs.is_null() {
+            (None, None)
+        } else {
+            // SAFETY: the caller's promise.
+            let (k, kh) = unsafe { scan(kwargs, FNV_START) };
+            (Some(k), Some(kh))
+        };
+        Some(Key { name, kwargs, mask, n: inputs.len(), hash: finish(h, kh, mask, inputs.len()) })
+    }
+
+    fn slot(&self) -> usize {
+        ((self.hash ^ (self.hash >> 29)) as usize) & (MEMO_SLOTS - 1)
+    }
+}
+
+/// The op and resolution this thread has memoised for `key`.
+#[inline]
+fn memo_get(key: &Key) -> Option<(&'static OpDef, Rc<Resolved>)> {
+    MEMO.with(|m| {
+        let m = m.borrow();
+        let e = m[key.slot()].as_ref()?;
+        (e.hash == key.hash && e.mask == key.mask && e.n == key.n && *e.name == *key.name && e.kwargs.as_deref() == key.kwargs)
+            .then(|| (e.op, e.resolved.clone()))
+    })
+}
+
+fn memo_put(name: &str, kwargs: Option<&str>, present: &[bool], op: &'static OpDef, resolved: &Rc<Resolved>) {
+    if present.len() > 64 {
+        return;
+    }
+    let mask = present.iter().enumerate().fold(0u64, |m, (i, &p)| m | (u64::from(p) << i));
+    let (name, kwargs) = (name.as_bytes(), kwargs.map(str::as_bytes));
+    let key = Key { name, kwargs, mask, n: present.len(), hash: finish(fnv(name), kwargs.map(fnv), mask, present.len()) };
+    let e = Memo { hash: key.hash, name: name.into(), kwargs: kwargs.map(Into::into), mask, n: key.n, op, resolved: resolved.clone() };
+    // The old entry, if any, is dropped after the borrow ends.
+    let old = MEMO.with(|m| m.borrow_mut()[key.slot()].replace(e));
+    drop(old);
+}
+
+/// Where `enkai_op` writes its result handles: `cap` slots at `ptr`.
+pub struct ResultSlots {
+    ptr: *mut i64,
+    cap: usize,
+}
+
+impl ResultSlots {
+    /// # Safety
+    /// `ptr` has `cap` writable slots for the call (NULL only when `cap` is 0).
+    pub unsafe fn new(ptr: *mut i64, cap: usize) -> ResultSlots {
+        ResultSlots { ptr, cap }
+    }
+
+    fn check(&self, op: &OpDef, n: usize) -> Result<()> {
+        if n > self.cap {
+            crate::bail!(E_INVALID_ARG, "{}: {n} results do not fit in cap {}", op.name(), self.cap);
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, hs: &[i64]) -> usize {
+        debug_assert!(hs.len() <= self.cap);
+        // SAFETY: `check` passed, so `ptr` has at least `hs.len()` slots.
+        unsafe { std::ptr::copy_nonoverlapping(hs.as_ptr(), self.ptr, hs.len()) };
+        hs.len()
+    }
+}
+
+/// `enkai_op`'s fast path: runs the call if this thread has resolved its
+/// name, kwargs and input pattern before; `None` (nothing done) otherwise.
+#[inline]
+pub fn run_memoized(key: &Key, inputs: &[i64], out: &mut ResultSlots) -> Option<Result<usize>> {
+    let (op, resolved) = memo_get(key)?;
+    Some(run_resolved(op, &resolved, inputs, out))
+}
+
 /// Runs op `name` on `inputs` (0 = an optional tensor left out) with JSON
-/// `kwargs`; returns the new handles.
-pub fn run(name: &str, inputs: &[i64], kwargs: Option<&str>) -> Result<SmallVec<[i64; 4]>> {
+/// `kwargs`; writes the new handles to `out` and returns their number.
+pub fn run(name: &str, inputs: &[i64], kwargs: Option<&str>, out: &mut ResultSlots) -> Result<usize> {
     let Some(op) = vocab::find(name) else {
         crate::bail!(E_INVALID_ARG, "unknown op {name:?} (enkai_op_schema lists the ops)");
     };
     let present: SmallVec<[bool; 8]> = inputs.iter().map(|&h| h != 0).collect();
     let resolved = resolve_cached(op, &present, kwargs)?;
+    memo_put(name, kwargs, &present, op, &resolved);
+    run_resolved(op, &resolved, inputs, out)
+}
+
+/// Runs a resolved call of `op` on `inputs` (the pattern it was resolved
+/// for). The common shapes (one to three inputs, none left out) borrow
+/// their inputs as the typed functions do, in a fixed-size array.
+#[inline]
+fn run_resolved(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut ResultSlots) -> Result<usize> {
+    match *inputs {
+        [a, b] if a != 0 && b != 0 => run_n(op, resolved, [a, b], out),
+        [a] if a != 0 => run_n(op, resolved, [a], out),
+        [a, b, c] if a != 0 && b != 0 && c != 0 => run_n(op, resolved, [a, b, c], out),
+        _ => run_any(op, resolved, inputs, out),
+    }
+}
+
+/// The backend of a call's inputs (the active one when there are none).
+#[inline]
+fn backend_of<'t>(name: &str, ts: impl Iterator<Item = &'t Tensor> + Clone) -> Result<backend::BackendId> {
+    let mut it = ts.clone();
+    let Some(first) = it.next() else { return backend::active_built() };
+    if it.all(|t| t.backend == first.backend) {
+        return Ok(first.backend);
+    }
+    let live: SmallVec<[&Tensor; 8]> = ts.collect();
+    backend::same_backend(name, &live)
+}
+
+fn run_n<const N: usize>(op: &'static OpDef, resolved: &Resolved, hs: [i64; N], out: &mut ResultSlots) -> Result<usize> {
+    let refs = TENSORS.get_n(hs)?;
+    let b = backend_of(op.name(), refs.iter().map(|r| &**r))?;
+    // The plain binary form on libtorch (`plain_binary`): its direct entry, one result, as the typed function.
+    if let (Some(bop), backend::BackendId::Torch, [x, y]) = (resolved.binary, b, refs.as_slice()) {
+        let raw = imp::binary(bop, &x.raw, &y.raw).map_err(|e| refused(op, resolved, &[Some(&**x), Some(&**y)], true, e))?;
+        out.check(op, 1)?;
+        return Ok(out.write(&[TENSORS.insert_after(Tensor { backend: b, raw }, refs)?]));
+    }
+    let ts: [Option<&Tensor>; N] = refs.each_ref().map(|r| Some(&**r));
+    let raws: [Option<&Raw>; N] = refs.each_ref().map(|r| Some(&r.raw));
+    let mut outs = exec(op, resolved, b, &ts, &raws)?;
+    out.check(op, outs.len())?;
+    if outs.len() == 1 {
+        let raw = outs.pop().expect("one result");
+        // The inputs' borrows end in the same lock that registers the result.
+        return Ok(out.write(&[TENSORS.insert_after(Tensor { backend: b, raw }, refs)?]));
+    }
+    let hs = TENSORS.insert_all_after(outs.into_iter().map(|raw| Tensor { backend: b, raw }), refs)?;
+    Ok(out.write(&hs))
+}
+
+fn run_any(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut ResultSlots) -> Result<usize> {
     let handles: SmallVec<[i64; 8]> = inputs.iter().copied().filter(|&h| h != 0).collect();
     let refs: SmallVec<[Ref<'static, Tensor>; 4]> = TENSORS.get_many(&handles)?;
+    let b = backend_of(op.name(), refs.iter().map(|r| &**r))?;
     let mut it = refs.iter();
-    let ts: SmallVec<[Option<&Tensor>; 8]> = present.iter().map(|&p| if p { it.next().map(|r| &**r) } else { None }).collect();
-    let live: SmallVec<[&Tensor; 8]> = ts.iter().flatten().copied().collect();
-    let b = if live.is_empty() { backend::active_built()? } else { backend::same_backend(name, &live)? };
-    let sig = &op.sigs[resolved.sig];
+    let ts: SmallVec<[Option<&Tensor>; 8]> = inputs.iter().map(|&h| if h != 0 { it.next().map(|r| &**r) } else { None }).collect();
+    let raws: SmallVec<[Option<&Raw>; 8]> = ts.iter().map(|t| t.map(|t| &t.raw)).collect();
+    let outs = exec(op, resolved, b, &ts, &raws)?;
+    drop((raws, ts));
+    out.check(op, outs.len())?;
+    let hs = TENSORS.insert_all_after(outs.into_iter().map(|raw| Tensor { backend: b, raw }), refs)?;
+    Ok(out.write(&hs))
+}
+
+/// Checks (native backend) and runs a resolved call on backend `b`'s
+/// tensors `ts` (`None`: an optional input left out), whose values are `raws`.
+fn exec(op: &'static OpDef, resolved: &Resolved, b: backend::BackendId, ts: &[Option<&Tensor>], raws: &[Option<&Raw>]) -> Result<imp::Outs> {
     // libtorch checks its own arguments: core's checks run only when it
     // refuses (for the message both backends share), so its success path
     // pays nothing for them. The native backend gets checked arguments.
     let torch = b == backend::BackendId::Torch;
-    let mut checked: SmallVec<[Value; 8]> = SmallVec::new();
-    let (out_dtype, promoted) = if torch {
-        (None, None)
+    let checked: SmallVec<[Value; 8]>;
+    let (args, out_dtype, promoted) = if torch {
+        (&resolved.args[..], None, None)
     } else {
-        checked.extend(resolved.args.iter().cloned());
-        check(op, sig, &mut checked, &ts)?
+        let mut c: SmallVec<[Value; 8]> = resolved.args.iter().cloned().collect();
+        let (out_dtype, promoted) = check(op, &op.sigs[resolved.sig], &mut c, ts)?;
+        checked = c;
+        (&checked[..], out_dtype, promoted)
     };
-    let args: &[Value] = if torch { &resolved.args } else { &checked };
     if b == backend::BackendId::Cpu && !op.row.native {
         return Err(unsupported(op, b));
     }
     let call = Call { op, sig: resolved.sig, args, out_dtype, promoted };
-    let raws: SmallVec<[Option<&Raw>; 8]> = ts.iter().map(|t| t.map(|t| &t.raw)).collect();
-    let outs = imp::op(b, &call, &raws).map_err(|e| {
-        if torch {
-            if let Err(core) = check(op, sig, &mut resolved.args.iter().cloned().collect::<Vec<_>>(), &ts) {
-                return core;
-            }
-        }
-        match e.code {
-            // ATen's dtype dispatch refuses a dtype in these words ("\"round_cpu\" not
-            // implemented for 'Long'"): a dtype error, as the native backend reports it.
-            crate::error::Code::E_TORCH if e.detail.contains("not implemented for '") => crate::err!(E_DTYPE, "{name}: {}", e.detail),
-            crate::error::Code::E_TORCH => crate::err!(E_TORCH, "{name}: {}", e.detail),
-            _ => e,
-        }
-    })?;
-    drop((raws, live, ts));
-    drop(refs);
-    let mut hs = SmallVec::with_capacity(outs.len());
-    for raw in outs {
-        match TENSORS.insert(Tensor { backend: b, raw }) {
-            Ok(h) => hs.push(h),
-            Err(e) => {
-                hs.iter().for_each(|h| drop(TENSORS.release(*h)));
-                return Err(e);
-            }
+    imp::op(b, &call, raws).map_err(|e| refused(op, resolved, ts, torch, e))
+}
+
+/// The error of a call the backend refused: core's own explanation for
+/// libtorch's refusals where it has one, so both backends say the same.
+#[cold]
+#[inline(never)]
+fn refused(op: &OpDef, resolved: &Resolved, ts: &[Option<&Tensor>], torch: bool, e: Error) -> Error {
+    let name = op.name();
+    if torch {
+        if let Err(core) = check(op, &op.sigs[resolved.sig], &mut resolved.args.iter().cloned().collect::<Vec<_>>(), ts) {
+            return core;
         }
     }
-    Ok(hs)
+    match e.code {
+        // ATen's dtype dispatch refuses a dtype in these words ("\"round_cpu\" not
+        // implemented for 'Long'"): a dtype error, as the native backend reports it.
+        crate::error::Code::E_TORCH if e.detail.contains("not implemented for '") => crate::err!(E_DTYPE, "{name}: {}", e.detail),
+        crate::error::Code::E_TORCH => crate::err!(E_TORCH, "{name}: {}", e.detail),
+        _ => e,
+    }
 }
 
 /// The table as JSON: an array with one entry per overload (its op's

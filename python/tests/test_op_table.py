@@ -458,3 +458,121 @@ def test_generic_entry_equals_the_typed_functions(backend):
     # ... and the Python methods built from the schema are the same entry.
     np.testing.assert_array_equal(a.exp().numpy(), et.op("exp", a).numpy())
     np.testing.assert_array_equal(et.clamp(a, min=0.0).numpy(), et.op("clamp", a, min=0.0).numpy())
+
+
+def test_repeated_calls_keep_every_check(backend):
+    """A call made before is served from the thread's memo of resolved
+    calls: keyed on the exact name and kwargs bytes and the input pattern,
+    and it still reports every error the first call would."""
+    import ctypes
+
+    lib = et.lib
+    rng = np.random.default_rng(11)
+    a, b = (et.from_numpy(rng.normal(size=(2, 3)).astype(np.float32)) for _ in range(2))
+    ta, tb = torch.from_numpy(a.numpy()), torch.from_numpy(b.numpy())
+    out = (ctypes.c_int64 * 4)()
+    ins = (ctypes.c_int64 * 2)(a.handle, b.handle)
+
+    def call(name, hs, kwargs, cap=4, dest=out):
+        arr = (ctypes.c_int64 * max(len(hs), 1))(*hs)
+        n = lib.enkai_op(name, arr, len(hs), kwargs, dest, cap)
+        if n < 0:
+            return None, lib.enkai_tensor_last_error_code(), lib.enkai_tensor_last_error().decode()
+        return [et._wrap(out[i]) for i in range(n)], 0, ""
+
+    for _ in range(3):
+        got, _, _ = call(b"add", [a.handle, b.handle], None)
+        np.testing.assert_array_equal(got[0].numpy(), (ta + tb).numpy())
+    del got
+    # The same name with other kwargs (NULL, "{}", spaced, alpha) are other calls.
+    for kw, want in [(b"{}", ta + tb), (b" {} ", ta + tb), (b'{"alpha": 2}', ta + 2 * tb), (b'{"alpha": 2.5}', ta + 2.5 * tb), (None, ta + tb)]:
+        for _ in range(2):
+            got, code, msg = call(b"add", [a.handle, b.handle], kw)
+            assert code == 0, msg
+            np.testing.assert_allclose(got[0].numpy(), want.numpy(), rtol=1e-6)
+            del got
+    # Errors after the call was memoised: the same codes and messages as a first call.
+    before = et.live()["tensors"]
+    assert lib.enkai_op(b"add", ins, 2, None, None, 1) == -1
+    assert lib.enkai_tensor_last_error().decode() == "E_NULL_POINTER: out is NULL"
+    assert lib.enkai_op(b"add", None, 2, None, out, 1) == -1
+    assert lib.enkai_tensor_last_error().decode().startswith("E_NULL_POINTER: inputs is NULL")
+    assert lib.enkai_op(b"add", ins, 2, None, out, 0) == -1
+    assert lib.enkai_tensor_last_error().decode() == "E_INVALID_ARG: add: 1 results do not fit in cap 0"
+    assert lib.enkai_op(b"add\xff", ins, 2, None, out, 1) == -1
+    assert lib.enkai_tensor_last_error_code() == 1
+    assert lib.enkai_op(b"add", ins, 2, b"{\xff}", out, 1) == -1
+    assert lib.enkai_tensor_last_error_code() == 1
+    wide = et.from_numpy(np.ones((4,), np.float32))
+    _, code, msg = call(b"add", [a.handle, wide.handle], None)
+    assert msg == "E_SHAPE: add: shapes [2,3] and [4] do not broadcast", msg
+    c = et.from_numpy(np.ones((2, 3), np.float32))
+    stale = c.handle
+    c.free()
+    _, code, msg = call(b"add", [a.handle, stale], None)
+    assert msg.startswith("E_HANDLE_STALE"), msg
+    _, code, msg = call(b"add", [a.handle, 0], None)
+    assert msg.startswith("E_INVALID_ARG") and "0 handle" in msg, msg
+    del wide
+    assert et.live()["tensors"] == before
+    # One op, one kwargs text, several input patterns (optional tensors left out).
+    lo, hi = et.from_numpy(np.full((2, 3), -0.5, np.float32)), et.from_numpy(np.full((2, 3), 0.5, np.float32))
+    tlo, thi = torch.full((2, 3), -0.5), torch.full((2, 3), 0.5)
+    for _ in range(2):
+        for hs, want in [([a.handle, lo.handle, 0], torch.clamp(ta, min=tlo)), ([a.handle, 0, hi.handle], torch.clamp(ta, max=thi)),
+                         ([a.handle, lo.handle, hi.handle], torch.clamp(ta, tlo, thi))]:
+            got, code, msg = call(b"clamp", hs, None)
+            assert code == 0, msg
+            np.testing.assert_array_equal(got[0].numpy(), want.numpy())
+    # More distinct calls than the memo has slots, twice over: evictions and shared slots.
+    for _ in range(2):
+        for k in range(150):
+            got, code, msg = call(b"add", [a.handle, b.handle], json.dumps({"alpha": k}).encode())
+            assert code == 0, msg
+            np.testing.assert_allclose(got[0].numpy(), (ta + k * tb).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_left_out_tensor_past_the_64th_input_is_never_served_another_pattern(backend):
+    """The resolution records which inputs are present; a call with a 0
+    handle past the 64th input must be resolved for its own pattern (the
+    cache's key holds 64 of them), so it is refused, not run on a NULL tensor."""
+    import ctypes
+
+    xs = [et.from_numpy(np.full((1,), float(i), np.float32)) for i in range(70)]
+    hs = [x.handle for x in xs]
+    out = (ctypes.c_int64 * 1)()
+    arr = (ctypes.c_int64 * 70)(*hs)
+    for _ in range(2):
+        assert et.lib.enkai_op(b"cat", arr, 70, None, out, 1) == 1
+        np.testing.assert_array_equal(et._wrap(out[0]).numpy(), np.arange(70, dtype=np.float32))
+    arr[66] = 0
+    before = et.live()["tensors"]
+    assert et.lib.enkai_op(b"cat", arr, 70, None, out, 1) == -1
+    assert "0 handle in the tensor list" in et.lib.enkai_tensor_last_error().decode()
+    assert et.live()["tensors"] == before
+
+
+def test_the_memo_is_per_thread(backend):
+    """Threads calling the same ops with their own kwargs each get their own results."""
+    import threading
+
+    a = et.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+    b = et.from_numpy(np.ones((2, 3), np.float32))
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(200):
+                alpha = (k + i) % 5
+                got = et.op("add", a, b, alpha=alpha).numpy()
+                np.testing.assert_array_equal(got, a.numpy() + alpha)
+                np.testing.assert_array_equal(et.op("add", a, b).numpy(), a.numpy() + 1)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

@@ -233,6 +233,11 @@ pub fn shape(t: &Raw) -> Vec<i64> {
     on!(t, t => torch: torch::shape(t), native: native::shape(t))
 }
 
+/// `shape`, kept off the heap for up to 8 dims (the native backend's shape is not copied to a `Vec`).
+pub fn dims(t: &Raw) -> smallvec::SmallVec<[i64; 8]> {
+    on!(t, t => torch: torch::shape(t).into(), native: t.shape().into())
+}
+
 pub fn dtype(t: &Raw) -> Result<DType> {
     on!(t, t => torch: torch::dtype(t), native: Ok(native::dtype(t)))
 }
@@ -641,17 +646,20 @@ pub fn dist_stack_one(t: &Raw) -> Result<Raw> {
 
 // ------------------------------------------------------------ the op table
 
+/// The results of one `op` call: most ops have one or two, kept off the heap.
+pub type Outs = smallvec::SmallVec<[Raw; 2]>;
+
 /// Runs a checked call of the op table (`crate::opcall`) on backend `b`.
-pub fn op(b: BackendId, call: &crate::vocab::Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+pub fn op(b: BackendId, call: &crate::vocab::Call, inputs: &[Option<&Raw>]) -> Result<Outs> {
     type Ins<'a, T> = smallvec::SmallVec<[Option<&'a T>; 8]>;
     match b {
         #[cfg(feature = "torch")]
         BackendId::Torch => {
-            let ins = inputs
-                .iter()
-                .map(|t| t.map(|t| match t { Raw::Torch(r) => Ok(r), _ => Err(mismatch()) }).transpose())
-                .collect::<Result<Ins<_>>>()?;
-            torch::opcall::run(call, &ins).map(|v| v.into_iter().map(Raw::Torch).collect())
+            if inputs.iter().flatten().any(|t| !matches!(t, Raw::Torch(_))) {
+                return Err(mismatch());
+            }
+            let ins: Ins<_> = inputs.iter().map(|t| t.map(|t| match t { Raw::Torch(r) => r, _ => unreachable!("checked above") })).collect();
+            torch::opcall::run(call, &ins, Raw::Torch)
         }
         BackendId::Cpu => {
             let ins = inputs

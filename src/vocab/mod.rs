@@ -202,6 +202,11 @@ pub fn norm_dim(op: &str, dim: i64, s: &[i64]) -> Result<i64> {
 
 /// NumPy broadcasting of two shapes, or `None` when they do not fit.
 pub fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
+    broadcast_dims(a, b).map(|d| d.to_vec())
+}
+
+/// `broadcast`, kept off the heap for up to 8 dims.
+pub fn broadcast_dims(a: &[i64], b: &[i64]) -> Option<smallvec::SmallVec<[i64; 8]>> {
     let n = a.len().max(b.len());
     let at = |s: &[i64], i: usize| if i + s.len() >= n { s[i + s.len() - n] } else { 1 };
     (0..n)

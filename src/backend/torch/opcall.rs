@@ -10,7 +10,6 @@ use torch_sys::C_tensor;
 
 use super::{shim_result, Raw};
 use crate::error::{Code, Result};
-use crate::ops::Binary;
 use crate::vocab::{self, Call, Scalar, Value};
 use smallvec::SmallVec;
 
@@ -77,49 +76,10 @@ pub fn operator_arg_names(op: usize, sig: usize) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Overloads whose common form has a direct libtorch entry cheaper than
-/// the boxed dispatcher (about 100 ns a call, measured on `add` of [4]):
-/// `None` when the call is not in that form.
-type Fast = fn(&Call, &[Option<&Raw>]) -> Option<Result<Raw>>;
-
-fn binary_fast(op: Binary) -> Fast {
-    match op {
-        Binary::Add => |c, i| fast_binary(c, i, Binary::Add),
-        Binary::Sub => |c, i| fast_binary(c, i, Binary::Sub),
-        Binary::Mul => |c, i| fast_binary(c, i, Binary::Mul),
-        Binary::Div => |c, i| fast_binary(c, i, Binary::Div),
-    }
-}
-
-fn fast_binary(call: &Call, ins: &[Option<&Raw>], op: Binary) -> Option<Result<Raw>> {
-    if !matches!(call.scalar("alpha"), None | Some(Scalar::Int(1))) {
-        return None;
-    }
-    Some(super::ops::binary(op, ins[0]?, ins[1]?))
-}
-
-fn fast_paths() -> &'static Vec<Vec<Option<Fast>>> {
-    static F: OnceLock<Vec<Vec<Option<Fast>>>> = OnceLock::new();
-    F.get_or_init(|| {
-        let table: [(&str, Fast); 4] = [
-            ("add.Tensor", binary_fast(Binary::Add)),
-            ("sub.Tensor", binary_fast(Binary::Sub)),
-            ("mul.Tensor", binary_fast(Binary::Mul)),
-            ("div.Tensor", binary_fast(Binary::Div)),
-        ];
-        vocab::ops()
-            .iter()
-            .map(|o| o.sigs.iter().map(|s| table.iter().find(|t| s.text.split('(').next() == Some(t.0)).map(|t| t.1)).collect())
-            .collect()
-    })
-}
-
-pub fn run(call: &Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
-    if let Some(f) = fast_paths()[call.op.index][call.sig] {
-        if let Some(r) = f(call, inputs) {
-            return r.map(|t| vec![t]);
-        }
-    }
+/// Runs the call; its results, each passed through `wrap` (the caller's
+/// tensor type), kept off the heap for the usual one or two. (Core sends
+/// the plain binary ops to libtorch's direct entry instead: `opcall.rs`.)
+pub fn run<O>(call: &Call, inputs: &[Option<&Raw>], wrap: impl Fn(Raw) -> O) -> Result<SmallVec<[O; 2]>> {
     let h = operator(call.op.index, call.sig)?;
     let ptr = |i: usize| inputs[i].map_or(std::ptr::null(), |t| t.0.as_ptr() as *const c_void);
     // Tensor lists as arrays of at::Tensor*, alive across the call (built before
@@ -163,7 +123,7 @@ pub fn run(call: &Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let err = unsafe { enkai_shim_op_call(h, args.as_ptr(), args.len(), outs.as_mut_ptr(), cap, &mut n) };
     shim_result(err, Code::E_TORCH)?;
     // SAFETY: on success the first `n` slots hold new at::Tensor* nobody else owns.
-    Ok(outs[..n].iter().map(|&p| Raw(unsafe { tch::Tensor::from_ptr(p) })).collect())
+    Ok(outs[..n].iter().map(|&p| wrap(Raw(unsafe { tch::Tensor::from_ptr(p) }))).collect())
 }
 
 #[cfg(test)]
