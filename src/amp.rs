@@ -11,6 +11,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::registry::{SCALERS, TENSORS};
 use crate::{autograd, json, optim, tensor};
+pub use crate::vocab::optim::next_scale;
 
 struct ScaleState {
     /// float32 scale and int32 growth tracker, created on the first device used.
@@ -109,23 +110,6 @@ pub fn update(scaler: i64, found_inf: bool) -> Result<()> {
         st.unscaled = None;
         Ok(())
     })
-}
-
-/// `torch._amp_update_scale_`'s rule, with its CPU kernel's arithmetic: on
-/// an inf the scale backs off and the tracker resets; after `interval`
-/// clean steps in a row it grows (the float32 scale times the double
-/// factor, rounded to float32, kept only when finite) and the tracker resets.
-pub fn next_scale(scale: f32, tracker: i32, found_inf: bool, growth: f64, backoff: f64, interval: i64) -> (f32, i32) {
-    if found_inf {
-        return ((scale as f64 * backoff) as f32, 0);
-    }
-    let successful = tracker.wrapping_add(1);
-    if i64::from(successful) == interval {
-        let grown = (scale as f64 * growth) as f32;
-        (if grown.is_finite() { grown } else { scale }, 0)
-    } else {
-        (scale, successful)
-    }
 }
 
 pub fn get_scale(scaler: i64) -> Result<f64> {

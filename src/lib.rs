@@ -1,7 +1,12 @@
 //! enkai_tensor: libtorch behind a C ABI of plain integers and strings.
 //!
-//! Layers: `ffi` (every `extern "C"` function) → core (`handles`, `error`,
-//! `json`, `tensor`, …) → `backend` (only `backend::torch` names `tch`).
+//! Layers: `ffi` (every `extern "C"` function) → core (`handles`, `tensor`,
+//! `opcall`, `autograd`, `optim`, …) → the backend contract (`backend::imp`)
+//! → the backends (only `backend::torch` names `tch`). Below them all is
+//! what they share: `vocab` (the op table, shape and dtype rules, the op
+//! kinds, AdamW's and the scaler's rules, the GPT and rendezvous types),
+//! `dtype`, `device`, `error` and `json`. No backend names a module above it
+//! (`python/tests/test_layers.py` checks).
 
 // Without a backend no tensor value can exist (`backend::none::Raw` is
 // uninhabited), so code after producing one is unreachable by design.

@@ -10,52 +10,7 @@ use crate::handles::Ref;
 use crate::registry::TENSORS;
 use crate::json::{self, write_int_list as fmt};
 use crate::tensor::{self, get, register};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Binary {
-    Add,
-    Sub,
-    Mul,
-    Div,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unary {
-    Relu,
-    Sigmoid,
-    Tanh,
-    Gelu,
-    Detach,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reduce {
-    Sum,
-    Mean,
-}
-
-impl Unary {
-    fn name(self) -> &'static str {
-        match self {
-            Unary::Relu => "relu",
-            Unary::Sigmoid => "sigmoid",
-            Unary::Tanh => "tanh",
-            Unary::Gelu => "gelu",
-            Unary::Detach => "detach",
-        }
-    }
-}
-
-impl Binary {
-    fn name(self) -> (&'static str, &'static str) {
-        match self {
-            Binary::Add => ("add", "+"),
-            Binary::Sub => ("sub", "-"),
-            Binary::Mul => ("mul", "*"),
-            Binary::Div => ("div", "/"),
-        }
-    }
-}
+pub use crate::vocab::kinds::{Binary, Reduce, Unary};
 
 fn shape(t: &Tensor) -> Vec<i64> {
     imp::shape(&t.raw)

@@ -14,7 +14,7 @@ use super::{native, BackendId, Init};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::{Binary, Reduce, Unary};
+use crate::vocab::kinds::{Binary, Reduce, Unary};
 
 #[cfg(feature = "torch")]
 pub use super::torch::{autocast_dtype_code, autocast_get, autocast_nesting, autocast_set, cuda_device_count, gloo_layout, AutocastState, Group};
@@ -473,7 +473,7 @@ pub fn set_native_autocast(dt: Option<DType>) {
     native::autocast::set(dt)
 }
 
-pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::optim::AdamwStep) -> Result<()> {
+pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::vocab::optim::AdamwStep) -> Result<()> {
     match many(&[p, g, m, v])? {
         #[cfg(feature = "torch")]
         Many::Torch(t) => torch::adamw_step(t[0], t[1], t[2], t[3], c),
@@ -496,7 +496,7 @@ pub fn scale_by(l: &Raw, s: &Raw) -> Result<Raw> {
     match many(&[l, s])? {
         #[cfg(feature = "torch")]
         Many::Torch(v) => torch::scale_by(v[0], v[1]).map(Raw::Torch),
-        Many::Native(v) => native::binary(crate::ops::Binary::Mul, v[0], v[1]).map(Raw::Native),
+        Many::Native(v) => native::binary(Binary::Mul, v[0], v[1]).map(Raw::Native),
     }
 }
 
@@ -518,7 +518,7 @@ pub fn update_scale(s: &Raw, t: &Raw, f: bool, g: f64, b: f64, i: i64) -> Result
     }
 }
 
-pub fn lm_init(b: BackendId, l: &[(Vec<i64>, crate::lm::Init)], d: Device, s: i64) -> Result<Vec<Raw>> {
+pub fn lm_init(b: BackendId, l: &[(Vec<i64>, crate::vocab::gpt::Init)], d: Device, s: i64) -> Result<Vec<Raw>> {
     match b {
         #[cfg(feature = "torch")]
         BackendId::Torch => Ok(torch::lm_init(l, d, s)?.into_iter().map(Raw::Torch).collect()),
@@ -528,7 +528,7 @@ pub fn lm_init(b: BackendId, l: &[(Vec<i64>, crate::lm::Init)], d: Device, s: i6
     }
 }
 
-pub fn lm_forward(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw, t: &Raw, tr: bool) -> Result<Raw> {
+pub fn lm_forward(p: &[&Raw], s: &crate::vocab::gpt::LmSpec, i: &Raw, t: &Raw, tr: bool) -> Result<Raw> {
     let mut all = p.to_vec();
     all.extend([i, t]);
     match many(&all)? {
@@ -538,7 +538,7 @@ pub fn lm_forward(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw, t: &Raw, tr: bool)
     }
 }
 
-pub fn lm_logits(p: &[&Raw], s: &crate::lm::LmSpec, i: &Raw) -> Result<Raw> {
+pub fn lm_logits(p: &[&Raw], s: &crate::vocab::gpt::LmSpec, i: &Raw) -> Result<Raw> {
     let mut all = p.to_vec();
     all.push(i);
     match many(&all)? {
@@ -565,7 +565,7 @@ pub fn set_rng_state(s: &Raw) -> Result<()> {
 
 // ----------------------------------------------------------- process groups
 
-pub fn dist_group(p: &crate::dist::rendezvous::Plan) -> Result<Group> {
+pub fn dist_group(p: &crate::vocab::dist::Plan) -> Result<Group> {
     torch::dist_group(p)
 }
 

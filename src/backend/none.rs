@@ -37,7 +37,7 @@ pub fn autocast_nesting(_enter: bool) {}
 /// No process group can exist without c10d; multi-rank worlds fail at creation.
 pub enum Group {}
 
-pub fn dist_group(_p: &crate::dist::rendezvous::Plan) -> Result<Group> {
+pub fn dist_group(_p: &crate::vocab::dist::Plan) -> Result<Group> {
     Err(crate::err!(E_DIST, "multi-rank process groups need libtorch's c10d (built without the torch feature); only a world of one rank is available"))
 }
 

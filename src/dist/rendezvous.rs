@@ -7,6 +7,7 @@ use std::net::{ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
 use crate::error::Result;
+pub use crate::vocab::dist::{Plan, Store};
 
 /// The most ranks a group (or a ranked checkpoint) may have. Gloo allocates
 /// per-peer state for the whole world when a group is created (16 GiB for a
@@ -16,30 +17,6 @@ pub const MAX_WORLD: i64 = 1 << 20;
 
 /// PyTorch's default process-group timeout (`default_pg_timeout`, 30 minutes).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-
-/// The store the ranks rendezvous through.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Store {
-    /// A c10d TCPStore at host:port; `server` when this process hosts it.
-    Tcp { host: String, port: u16, server: bool },
-    /// A c10d FileStore: one host, no ports.
-    File { path: String },
-}
-
-/// Everything the backend needs to create the process group.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    pub world: i64,
-    pub rank: i64,
-    pub store: Store,
-    /// Key prefix in the store, so restarts and later groups never read old keys.
-    pub prefix: String,
-    pub timeout: Duration,
-    /// GLOO_SOCKET_IFNAME's interfaces, one Gloo device each; empty means bind to `bind_host`.
-    pub interfaces: Vec<String>,
-    /// The local address that reaches the master (no hostname lookup of our own).
-    pub bind_host: String,
-}
 
 /// The environment, injectable for tests.
 pub trait Env {

@@ -67,9 +67,12 @@ unsafe fn checked(name: *const c_char, inputs: *const i64, n_inputs: usize, kwar
 
 /// Every op of `enkai_op` as JSON: an array with one entry per overload,
 /// `{"name", "overload", "signature", "params": [{"name", "type",
-/// "optional", "kw_only", "default"?}], "returns", "differentiable",
-/// "accepts", "pointwise", "domain", "backends"}`; `backends` lists only the
-/// backends of this build that run it. Owned: release with `enkai_free`.
+/// "optional", "kw_only", "default"?, "aten"?}], "returns", "differentiable",
+/// "accepts", "pointwise", "domain", "backends", "cases"}`; `backends` lists
+/// only the backends of this build that run it; `aten` is ATen's name of a
+/// parameter whose Python name differs; `cases` are the op's oracle
+/// cases (`{"inputs", "kwargs"?}`, the test suite's input). Owned: release
+/// with `enkai_free`.
 /// Errors: `E_RESOURCE` (out of memory), and then `{NULL, 0}`.
 #[no_mangle]
 pub extern "C" fn enkai_op_schema() -> EnkaiSlice {

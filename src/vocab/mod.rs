@@ -3,6 +3,10 @@
 //! dtype rules (broadcasting, dims, type promotion). Core checks a call
 //! against these once; the backends receive arguments already checked.
 
+pub mod dist;
+pub mod gpt;
+pub mod kinds;
+pub mod optim;
 pub mod schema;
 pub mod table;
 

@@ -1,12 +1,12 @@
-//! The GPT of `crate::lm` on native tensors: its parameters, and the ops it
+//! The GPT of `crate::vocab::gpt` on native tensors: its parameters, and the ops it
 //! is written in, on this backend's kernels (autograd included).
 
 use super::tensor::Raw;
 use super::{nn, ops, rng};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::lm::{gpt_logits, gpt_loss, Activation, GptOps, Init, LmSpec, EPS};
-use crate::ops::{Binary, Reduce, Unary};
+use crate::vocab::gpt::{gpt_logits, gpt_loss, Activation, GptOps, Init, LmSpec, EPS};
+use crate::vocab::kinds::{Binary, Reduce, Unary};
 
 /// The parameters of `layout`, fp32, requiring grad: `randn·0.02` matrices
 /// drawn in order from a generator of this call's own seeded with `seed`,

@@ -21,7 +21,7 @@ fn bmm(a: &Raw, b: &Raw) -> Result<Raw> {
     if b.shape()[rb - 2] != k {
         crate::bail!(E_SHAPE, "matmul {} x {}", fmt(a.shape()), fmt(b.shape()));
     }
-    let batch = crate::ops::broadcast(&a.shape()[..ra - 2], &b.shape()[..rb - 2])
+    let batch = crate::vocab::broadcast(&a.shape()[..ra - 2], &b.shape()[..rb - 2])
         .ok_or_else(|| crate::err!(E_SHAPE, "matmul {} x {}", fmt(a.shape()), fmt(b.shape())))?;
     let mut shape = batch.clone();
     shape.extend([m, n]);
@@ -279,7 +279,7 @@ pub fn linear(x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<Raw> {
     }
     let y = matmul(x, w)?;
     match b {
-        Some(b) => super::ops::binary(crate::ops::Binary::Add, &y, b),
+        Some(b) => super::ops::binary(crate::vocab::kinds::Binary::Add, &y, b),
         None => Ok(y),
     }
 }

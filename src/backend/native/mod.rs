@@ -280,7 +280,7 @@ pub fn clip_grad_norm(grads: &[&Raw], max_norm: f64, norm_type: f64) -> Result<f
     let coef = round(round(round(total + 1e-6).recip()) * max_norm).min(1.0);
     let k = ops::full(&[], total_dt, coef)?;
     for g in grads {
-        let r = ops::binary(crate::ops::Binary::Mul, &g.detached(), &k)?;
+        let r = ops::binary(crate::vocab::kinds::Binary::Mul, &g.detached(), &k)?;
         with_elem!(r.dtype(), S => with_elem!(g.dtype(), D => kernels::copy_into::<S, D>(g, &r)));
     }
     Ok(total)

@@ -132,7 +132,7 @@ fn expand_mask(x: &Raw, mask: &Raw, mask_type: Option<i64>) -> Result<Raw> {
         _ => mask.detached(),
     };
     let exact = matches!(mask_type, None | Some(2));
-    if crate::ops::broadcast(view.shape(), sx).as_deref() != Some(sx) || (exact && sm != sx) {
+    if crate::vocab::broadcast(view.shape(), sx).as_deref() != Some(sx) || (exact && sm != sx) {
         return Err(bad());
     }
     // Non-zero (NaN included) is masked, whatever the mask's dtype.
@@ -196,7 +196,7 @@ pub fn dropout(x: &Raw, p: f64, train: bool) -> Result<Raw> {
     let keep = 1.0 - p;
     let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
     super::rng::bernoulli_scaled(&noise, keep, scale);
-    super::ops::binary(crate::ops::Binary::Mul, x, &noise)
+    super::ops::binary(crate::vocab::kinds::Binary::Mul, x, &noise)
 }
 
 fn norm_rows(op: &str, x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<usize> {
@@ -396,11 +396,11 @@ fn soft_cross_entropy(logits: &Raw, targets: &Raw) -> Result<Raw> {
     }
     let class_dim = usize::from(logits.dim() >= 2);
     let logp = log_softmax(logits, class_dim)?;
-    let prod = super::ops::binary(crate::ops::Binary::Mul, &logp, targets)?;
-    let total = super::ops::reduce(crate::ops::Reduce::Sum, &prod, None, false)?;
+    let prod = super::ops::binary(crate::vocab::kinds::Binary::Mul, &logp, targets)?;
+    let total = super::ops::reduce(crate::vocab::kinds::Reduce::Sum, &prod, None, false)?;
     let rows = if logits.dim() >= 2 { logits.numel() / logits.shape()[class_dim].max(1) as usize } else { 1 };
     let div = super::ops::full(&[], total.dtype(), -(rows as f64))?;
-    super::ops::binary(crate::ops::Binary::Div, &total, &div)
+    super::ops::binary(crate::vocab::kinds::Binary::Div, &total, &div)
 }
 
 fn log_softmax(x: &Raw, d: usize) -> Result<Raw> {

@@ -9,7 +9,7 @@ use super::tensor::{contiguous_strides, numel, Raw};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::json::write_int_list as fmt;
-use crate::ops::{Binary, Reduce, Unary};
+use crate::vocab::kinds::{Binary, Reduce, Unary};
 
 /// `x` converted to `dt` (a copy), or `x` itself (detached) when it already is.
 pub fn convert(x: &Raw, dt: DType) -> Result<Raw> {
@@ -26,7 +26,7 @@ pub fn clone_contiguous(g: &Raw) -> Result<Raw> {
 
 /// The core's dim check (`[-rank, rank)`, -1 and 0 for a 0-dim tensor), as an index.
 pub fn norm_dim(op: &str, dim: i64, shape: &[i64]) -> Result<usize> {
-    crate::ops::norm_dim(op, dim, shape).map(|d| d as usize)
+    crate::vocab::norm_dim(op, dim, shape).map(|d| d as usize)
 }
 
 pub fn full_like(x: &Raw, v: f64) -> Result<Raw> {
@@ -45,7 +45,7 @@ pub fn full(shape: &[i64], dt: DType, v: f64) -> Result<Raw> {
 // ---------------------------------------------------------------- elementwise
 
 fn bin_shape(op: &str, a: &[i64], b: &[i64]) -> Result<Vec<i64>> {
-    crate::ops::broadcast(a, b).ok_or_else(|| crate::err!(E_SHAPE, "{op}: shapes {} and {} do not broadcast", fmt(a), fmt(b)))
+    crate::vocab::broadcast(a, b).ok_or_else(|| crate::err!(E_SHAPE, "{op}: shapes {} and {} do not broadcast", fmt(a), fmt(b)))
 }
 
 /// `a <op> b` in `dt` (both already of dtype `dt`, any strides), no autograd.

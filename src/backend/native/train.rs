@@ -15,7 +15,7 @@ use super::tensor::Raw;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::json::write_int_list as fmt;
-use crate::optim::AdamwStep;
+use crate::vocab::optim::AdamwStep;
 
 /// `torch.lerp(a, b, w)` as ATen's scalar kernel computes it: the form that
 /// keeps precision on the side of the nearer end.
@@ -160,12 +160,12 @@ pub fn unscale(grads: &[&Raw], scale: &Raw) -> Result<bool> {
 }
 
 /// `torch._amp_update_scale_` on the native state tensors, by the rule
-/// `crate::amp::next_scale` writes once for every backend that has no kernel of its own.
+/// `crate::vocab::optim::next_scale` writes once for every backend that has no kernel of its own.
 pub fn update_scale(scale: &Raw, tracker: &Raw, found_inf: bool, growth: f64, backoff: f64, interval: i64) -> Result<()> {
     if scale.dtype() != DType::F32 || tracker.dtype() != DType::I32 || scale.numel() != 1 || tracker.numel() != 1 {
         crate::bail!(E_DTYPE, "update_scale: needs a one-element float32 scale and int32 growth tracker");
     }
-    let (s, t) = crate::amp::next_scale(scale.get_f64(0) as f32, tracker.get_f64(0) as i32, found_inf, growth, backoff, interval);
+    let (s, t) = crate::vocab::optim::next_scale(scale.get_f64(0) as f32, tracker.get_f64(0) as i32, found_inf, growth, backoff, interval);
     // SAFETY: one element each, of the checked dtypes, owned by the scaler.
     unsafe {
         *Ptr::<f32>::of(scale).0 = s;

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::ptr::NonNull;
 
 use super::{torch_err, Raw};
-use crate::dist::rendezvous::{Plan, Store};
+use crate::vocab::dist::{Plan, Store};
 use crate::error::{Code, Result};
 
 type AtTensor = *mut c_void;

@@ -1,11 +1,11 @@
-//! The GPT of `crate::lm` on libtorch: its parameters, and its ops written
+//! The GPT of `crate::vocab::gpt` on libtorch: its parameters, and its ops written
 //! with the same libtorch calls as the PyTorch reference in
 //! python/tests/lm_reference.py.
 
 use super::{scalar_op, tdevice, Raw};
 use crate::device::Device;
 use crate::error::Result;
-use crate::lm::{gpt_logits, gpt_loss, Activation, GptOps, Init, LmSpec, EPS};
+use crate::vocab::gpt::{gpt_logits, gpt_loss, Activation, GptOps, Init, LmSpec, EPS};
 
 type T = tch::Tensor;
 

@@ -8,7 +8,7 @@ use super::{kind, tdevice, torch_err, Raw};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Code, Result};
-use crate::ops::{Binary, Reduce, Unary};
+use crate::vocab::kinds::{Binary, Reduce, Unary};
 
 fn wrap(r: std::result::Result<tch::Tensor, tch::TchError>) -> Result<Raw> {
     r.map(Raw).map_err(torch_err)

@@ -44,7 +44,7 @@ extern "C" {
 char* enkai_shim_adamw_step(at::Tensor* param, at::Tensor* grad, at::Tensor* exp_avg,
                             at::Tensor* exp_avg_sq, double decay, double lerp, double beta2,
                             double sq_weight, double bc2_sqrt, double eps, double step_size) {
-  // The scalars come from crate::optim::AdamwStep; the ops are _single_tensor_adamw's.
+  // The scalars come from crate::vocab::optim::AdamwStep; the ops are _single_tensor_adamw's.
   return guarded([&] {
     at::NoGradGuard no_grad;
     if (decay != 1) param->mul_(decay);

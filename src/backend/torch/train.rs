@@ -88,7 +88,7 @@ pub fn zeros_like(t: &Raw) -> Result<Raw> {
 }
 
 /// One `torch.optim.AdamW` step for one parameter, with libtorch's own ops.
-pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::optim::AdamwStep) -> Result<()> {
+pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::vocab::optim::AdamwStep) -> Result<()> {
     // SAFETY: four live tensors; the shim catches every C++ exception.
     shim(unsafe { enkai_shim_adamw_step(ptr(&p.0), ptr(&g.0), ptr(&m.0), ptr(&v.0), c.decay, c.lerp, c.beta2, c.sq_weight, c.bc2_sqrt, c.eps, c.step_size) })
 }

@@ -20,7 +20,7 @@ use super::{input, Kernel};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::json::write_int_list as fmt;
-use crate::ops::Binary;
+use crate::vocab::kinds::Binary;
 use crate::vocab::{broadcast, promote, promote_scalar, Call, Scalar, Value};
 
 /// Runs `$body` with `$I` bound to the index element type: int64, or int32 where `$i32`.

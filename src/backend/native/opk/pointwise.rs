@@ -178,6 +178,22 @@ unary!(softplus, "SoftplusBackward0", ["beta", "threshold"], |x, p| if x * p[0] 
 unary!(hardtanh, "HardtanhBackward0", ["min_val", "max_val"], |x, p| if x < p[0] { p[0] } else if x > p[1] { p[1] } else { x }, |g, x, y, p| if x <= p[0] || x >= p[1] { T::zero() } else { g }, int |v, p| v.clamp(p[0] as i64, p[1] as i64));
 unary!(leaky_relu, "LeakyReluBackward0", ["negative_slope"], |x, p| if x > T::zero() { x } else { x * p[0] }, |g, x, y, p| if x > T::zero() { g } else { g * p[0] });
 unary!(elu, "EluBackward0", ["alpha", "scale", "input_scale"], |x, p| if x > T::zero() { x * p[1] } else { p[0] * p[1] * ((x * p[2]).exp() - T::one()) }, |g, x, y, p| if x > T::zero() { g * p[1] } else { g * p[2] * p[0] * p[1] * (x * p[2]).exp() });
+// As ATen's hardsigmoid/hardswish kernels: relu6(x + 3) / 6; the gradient's bounds as theirs.
+unary!(hardsigmoid, "HardsigmoidBackward0", [], |x, p| (x + c::<T>(3.0)).max(T::zero()).min(c::<T>(6.0)) / c::<T>(6.0), |g, x, y, p| {
+    if x > c::<T>(-3.0) && x < c::<T>(3.0) { g / c::<T>(6.0) } else { T::zero() }
+});
+unary!(hardswish, "HardswishBackward0", [], |x, p| x * (x + c::<T>(3.0)).max(T::zero()).min(c::<T>(6.0)) / c::<T>(6.0), |g, x, y, p| {
+    if x < c::<T>(-3.0) { T::zero() } else if x <= c::<T>(3.0) { g * (x / c::<T>(3.0) + c::<T>(0.5)) } else { g }
+});
+// selu and celu are elu with fixed parameters in PyTorch (CompositeImplicit), so their node is elu's.
+const SELU_ALPHA: f64 = 1.673_263_242_354_377_3;
+const SELU_SCALE: f64 = 1.050_700_987_355_480_5;
+unary!(selu, "EluBackward0", [], |x, p| if x > T::zero() { x * c::<T>(SELU_SCALE) } else { c::<T>(SELU_ALPHA * SELU_SCALE) * (x.exp() - T::one()) }, |g, x, y, p| {
+    if x > T::zero() { g * c::<T>(SELU_SCALE) } else { g * c::<T>(SELU_ALPHA * SELU_SCALE) * x.exp() }
+});
+unary!(celu, "EluBackward0", ["alpha"], |x, p| if x > T::zero() { x } else { p[0] * ((x / p[0]).exp() - T::one()) }, |g, x, y, p| {
+    if x > T::zero() { g } else { g * (x / p[0]).exp() }
+});
 unary!(gelu_none, "GeluBackward0", [], |x, p| x * c::<T>(0.5) * (T::one() + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf()), |g, x, y, p| {
     let cdf = c::<T>(0.5) * (T::one() + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf());
     let pdf = (c::<T>(-0.5) * x * x).exp() * c::<T>(0.3989422804014327);
@@ -222,6 +238,14 @@ fn hardtanh_checked(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
         crate::bail!(E_DTYPE, "hardtanh: cannot do hardtanh on an unsigned type with negative limits");
     }
     hardtanh(call, ins)
+}
+
+/// celu divides by alpha, which PyTorch refuses to be 0.
+fn celu_checked(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    if call.float("alpha") == Some(0.0) {
+        crate::bail!(E_INVALID_ARG, "celu: ZeroDivisionError: alpha cannot be 0 for CELU");
+    }
+    celu(call, ins)
 }
 
 /// `square` is `pow(x, 2)`: a bool input squares as int64, as PyTorch promotes it.
@@ -337,6 +361,10 @@ pub const KERNELS: &[(&str, Kernel)] = &[
     ("leaky_relu", leaky_relu),
     ("elu", elu),
     ("gelu", gelu),
+    ("hardsigmoid", hardsigmoid),
+    ("hardswish", hardswish),
+    ("selu", selu),
+    ("celu", celu_checked),
     ("isnan", isnan),
     ("isinf", isinf),
     ("isfinite", isfinite),
