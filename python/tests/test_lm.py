@@ -1,12 +1,12 @@
 """The LM helpers against the same model written in PyTorch (lm_reference.py),
 on both backends.
 
-On the torch backend, `lm_init` draws torch's own values and the forward
-runs the reference's libtorch ops, so everything is exact. The native
-backend draws from its own generator (checked statistically), so it is
-given the reference's weights through from_data; its losses and gradients
-are sums and chains of roundings: helpers' "reduce" class (under bf16
-autocast, that class for bf16, the dtype the matmuls ran in).
+On both backends `lm_init` draws the reference's weights exactly (the
+native generator is PyTorch's CPU generator). On the torch backend the
+forward runs the reference's libtorch ops, so everything is exact; on the
+native one losses and gradients are sums and chains of roundings: helpers'
+"reduce" class (under bf16 autocast, that class for bf16, the dtype the
+matmuls ran in).
 """
 
 import pytest
@@ -14,7 +14,7 @@ import torch
 
 import enkai_tensor as et
 import lm_reference as ref
-from helpers import same, to_et, to_torch
+from helpers import same, to_torch
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -24,15 +24,13 @@ def native():
 
 
 def model(spec, seed):
-    """The same weights on both sides: `lm_init`'s on torch (checked equal to
-    the reference's init), the reference's copied in on the native backend."""
+    """The same weights on both sides: `lm_init`'s, checked bit-equal to the
+    reference's init."""
     tps = ref.init(spec, seed)
-    if native():
-        return [to_et(t).require_grad() for t in tps], tps
     eps_ = et.lm_init(spec, seed=seed)
     assert len(eps_) == len(tps)
     for e, t in zip(eps_, tps):
-        same(e, t)
+        assert torch.equal(to_torch(e), t.detach())
     return eps_, tps
 
 SPECS = [
@@ -72,8 +70,7 @@ def test_tinylm_matches_pytorch_and_trains():
     eps_ = et.tinylm_init(13, 8, 16, 2, 2, seed=3)
     assert len(eps_) == 6 + 12 * 2
     tps = ref.init(spec, 3)
-    if native():
-        eps_ = [to_et(t).require_grad() for t in tps]
+    assert all(torch.equal(to_torch(e), t.detach()) for e, t in zip(eps_, tps))
     x, y = batch_of(spec, 2, 8, 2)
     loss_e = et.forward_tinylm(eps_, x.flatten().tolist(), y.flatten().tolist(), 2, 8, 2)
     loss_t = ref.forward(tps, spec, x, y)
@@ -116,13 +113,11 @@ def test_dropout_only_in_training():
     et.manual_seed(9)
     assert et.forward_lm(eps_, spec, *args, training=True).item() == c1  # seeded: reproducible
     assert c1 != a
-    if native():
-        return  # the native generator is not torch's: its dropout is tested statistically below
     tps = ref.init(spec, 1)
     et.manual_seed(9)
     c = et.forward_lm(eps_, spec, *args, training=True)
     torch.manual_seed(9)
-    same(c, ref.forward(tps, spec, x, y, training=True))
+    same(c, ref.forward(tps, spec, x, y, training=True), kind="reduce")  # the same dropout masks
 
 
 @pytest.mark.parametrize("spec,code,text", [
@@ -180,7 +175,7 @@ def test_seeded_inits_on_several_threads_get_their_own_seeds_weights():
 
 
 def test_native_generator_statistics():
-    """The native generator (not torch's) draws what `randn`, `lm_init` and
+    """The native generator draws what `randn`, `lm_init` and
     `dropout` promise, reproducibly for a seed. Bounds are 6 standard errors
     of the statistic, so a correct generator fails about once in 10^9 runs."""
     if not native():

@@ -2,8 +2,7 @@
 and `empty`. Against PyTorch: result dtypes, shapes and refusals, over the
 rows' own cases. Then, per op: values in range, frequencies within a
 chi-square bound (fixed seed, generous bound), and reproducibility for a
-seed. The native backend's numbers come from its own generator, not
-PyTorch's mt19937 stream, so values are never compared with torch's.
+seed. Equality with PyTorch's values for a seed is test_rng.py's.
 Also the factories' edge cases that JSON cases cannot spell (Infinity, NaN).
 """
 

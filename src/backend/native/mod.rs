@@ -286,16 +286,17 @@ pub fn clip_grad_norm(grads: &[&Raw], max_norm: f64, norm_type: f64) -> Result<f
     Ok(total)
 }
 
-/// The generator state as a uint8 tensor (the checkpoint's RNG entry).
+/// The generator state as a uint8 tensor (the checkpoint's RNG entry), in
+/// `torch.get_rng_state()`'s format.
 pub fn rng_state() -> Result<Raw> {
-    Raw::from_vec::<u8>(&[32], &rng::state())
+    Raw::from_vec::<u8>(&[rng::STATE_BYTES as i64], &rng::state())
 }
 
+/// Loads a state saved by either backend (or the 32 bytes of earlier versions).
 pub fn set_rng_state(s: &Raw) -> Result<()> {
-    if s.dtype() != DType::U8 || s.numel() != 32 {
-        crate::bail!(E_INVALID_ARG, "a cpu-backend RNG state is 32 uint8 values, got {} of {}", s.numel(), s.dtype().name());
+    if s.dtype() != DType::U8 {
+        crate::bail!(E_INVALID_ARG, "an RNG state is a uint8 tensor, got {}", s.dtype().name());
     }
     let c = s.contiguous()?;
-    rng::set_state(c.slice::<u8>().try_into().expect("32 bytes"));
-    Ok(())
+    rng::set_state(c.slice::<u8>()).map_err(|e| crate::err!(E_INVALID_ARG, "{e}"))
 }

@@ -192,9 +192,15 @@ pub fn dropout(x: &Raw, p: f64, train: bool) -> Result<Raw> {
     if !x.dtype().is_float() {
         crate::bail!(E_DTYPE, "dropout needs a floating dtype, got {}", x.dtype().name());
     }
-    let noise = Raw::empty(x.shape(), x.dtype())?;
+    // As `_dropout_impl` (Dropout.cpp): p = 1 multiplies by zero without a
+    // draw; else `bernoulli_(1 - p)`, then `div_(1 - p)`, a division in f32
+    // for every dtype but f64.
     let keep = 1.0 - p;
-    let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
+    if keep <= 0.0 {
+        return super::ops::binary(crate::ops::Binary::Mul, x, &Raw::zeros(&[], x.dtype())?);
+    }
+    let noise = Raw::empty(x.shape(), x.dtype())?;
+    let scale = if x.dtype() == DType::F64 { 1.0 / keep } else { f64::from(1.0 / keep as f32) };
     super::rng::bernoulli_scaled(&noise, keep, scale);
     super::ops::binary(crate::vocab::kinds::Binary::Mul, x, &noise)
 }

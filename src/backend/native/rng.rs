@@ -1,137 +1,369 @@
-//! The native backend's random numbers: one process-wide generator seeded by
-//! `manual_seed` (xoshiro256++ over SplitMix64 seeding). Draws are taken in
-//! one short critical section per tensor, not per element; the numbers are
-//! reproducible for a seed, but not torch's (which the ABI never promised).
+//! The native backend's random numbers: PyTorch's CPU generator, so that
+//! after `manual_seed(s)` each op gives the values that `torch.manual_seed(s)`
+//! and the same torch call give on the CPU, call after call.
+//!
+//! The engine is ATen's mt19937 (`aten/src/ATen/core/MT19937RNGEngine.h`)
+//! with `CPUGeneratorImpl`'s 32- and 64-bit draws and its cached second
+//! Box–Muller value (`aten/src/ATen/CPUGeneratorImpl.cpp`); the
+//! distributions are those of `aten/src/ATen/core/DistributionsHelper.h` and
+//! `TransformationHelper.h`, filled in the order of the kernels of
+//! `aten/src/ATen/native/cpu/DistributionTemplates.h`. A tensor's draws are
+//! all taken under one lock, as PyTorch holds the generator's mutex per kernel.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
-use super::elem::{cast, with_elem};
+use super::elem::{cast, with_elem, Elem};
 use super::tensor::Raw;
+use crate::dtype::DType;
 
-pub struct Xoshiro([u64; 4]);
+const N: usize = 624;
+const M: usize = 397;
+/// `c10::detail::default_rng_seed_val`: the seed of a generator never seeded.
+const DEFAULT_SEED: u64 = 67280421310721;
+/// `sizeof(CPUGeneratorImplState)` on x86-64: `torch.get_rng_state()`'s length.
+pub const STATE_BYTES: usize = 5056;
 
-impl Xoshiro {
-    fn seeded(seed: u64) -> Xoshiro {
-        let mut z = seed;
-        let mut next = || {
-            z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut x = z;
-            x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            x ^ (x >> 31)
-        };
-        Xoshiro([next(), next(), next(), next()])
+#[derive(Clone)]
+pub struct Gen {
+    seed: u64,
+    left: u32,
+    next: u32,
+    s: [u32; N],
+    /// `next_double_normal_sample_`: the sine half of the last serial Box–Muller pair.
+    normal: Option<f64>,
+    /// `next_float_normal_sample_`: never set by a CPU kernel, kept for the state's round trip.
+    normal_f32: Option<f32>,
+}
+
+impl Gen {
+    pub fn new(seed: u64) -> Gen {
+        let mut s = [0u32; N];
+        s[0] = seed as u32;
+        for j in 1..N {
+            s[j] = 1_812_433_253u32.wrapping_mul(s[j - 1] ^ (s[j - 1] >> 30)).wrapping_add(j as u32);
+        }
+        Gen { seed, left: 1, next: 0, s, normal: None, normal_f32: None }
     }
 
-    fn next(&mut self) -> u64 {
-        let s = &mut self.0;
-        let r = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
-        r
+    fn twist(&mut self) {
+        let s = &mut self.s;
+        let mix = |u: u32, v: u32| (((u & 0x8000_0000) | (v & 0x7fff_ffff)) >> 1) ^ if v & 1 != 0 { 0x9908_b0df } else { 0 };
+        for j in 0..N - M {
+            s[j] = s[j + M] ^ mix(s[j], s[j + 1]);
+        }
+        for j in N - M..N - 1 {
+            s[j] = s[j + M - N] ^ mix(s[j], s[j + 1]);
+        }
+        s[N - 1] = s[M - 1] ^ mix(s[N - 1], s[0]);
+        (self.left, self.next) = (N as u32, 0);
     }
 
-    /// Uniform in [0, 1) on a grid of `bits` bits, so that rounding to a
-    /// type of that many significand bits never gives 1.
-    pub fn unit(&mut self, bits: u32) -> f64 {
-        (self.next() >> (64 - bits)) as f64 * (-f64::from(bits)).exp2()
+    /// `CPUGeneratorImpl::random()`.
+    #[inline]
+    pub fn random(&mut self) -> u32 {
+        self.left -= 1;
+        if self.left == 0 {
+            self.twist();
+        }
+        // A state loaded from bytes may pair `left` and `next` inconsistently: wrap, never index out.
+        let mut y = self.s[self.next as usize % N];
+        self.next += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^ (y >> 18)
     }
 
-    /// Uniform in [0, n) (Lemire's multiply; `n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    /// `CPUGeneratorImpl::random64()`: the first draw is the high half.
+    #[inline]
+    pub fn random64(&mut self) -> u64 {
+        let hi = self.random();
+        (u64::from(hi) << 32) | u64::from(self.random())
     }
 
-    /// Uniform in (0, 1]: never 0, so `ln` is finite.
-    pub fn uniform(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 1.0) * (1.0 / (1u64 << 53) as f64)
+    /// `uniform_real_distribution<float>(0, 1)`: 24 bits of a 32-bit draw.
+    #[inline]
+    pub fn unit_f32(&mut self) -> f32 {
+        (self.random() & 0xff_ffff) as f32 * (1.0 / (1u32 << 24) as f32)
+    }
+
+    /// `uniform_real_distribution<double>(0, 1)`: 53 bits of a 64-bit draw.
+    #[inline]
+    pub fn unit_f64(&mut self) -> f64 {
+        (self.random64() & ((1 << 53) - 1)) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// `normal_distribution<double>(0, 1)`: Box–Muller, the sine kept for the next call.
+    pub fn normal(&mut self) -> f64 {
+        if let Some(v) = self.normal.take() {
+            return v * 1.0 + 0.0;
+        }
+        let (u1, u2) = (self.unit_f64(), self.unit_f64());
+        let r = (-2.0 * (-u2).ln_1p()).sqrt();
+        let th = 2.0 * std::f64::consts::PI * u1;
+        self.normal = Some(r * th.sin());
+        // `transformation::normal(v, 0, 1)` is `v * 1 + 0`: a -0 comes out +0.
+        r * th.cos() * 1.0 + 0.0
+    }
+
+    /// `exponential_distribution<double>(1)`: `-log1p(-u)` (TransformationHelper.h, CPU branch).
+    pub fn exponential(&mut self) -> f64 {
+        -(-self.unit_f64()).ln_1p()
     }
 }
 
-static GEN: Mutex<Option<Xoshiro>> = Mutex::new(None);
+static GEN: Mutex<Option<Gen>> = Mutex::new(None);
 
 pub fn manual_seed(seed: i64) {
-    *GEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(Xoshiro::seeded(seed as u64));
+    *GEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(Gen::new(seed as u64));
 }
 
-/// A generator split off the global one, so filling runs outside the lock.
-pub fn split() -> Xoshiro {
+/// Runs `f` on the process's generator, holding its lock throughout: one
+/// tensor's draws come out in one run, in PyTorch's order.
+pub fn with_gen<R>(f: impl FnOnce(&mut Gen) -> R) -> R {
     let mut g = GEN.lock().unwrap_or_else(|e| e.into_inner());
-    let g = g.get_or_insert_with(|| Xoshiro::seeded(67280421310721));
-    Xoshiro::seeded(g.next())
+    f(g.get_or_insert_with(|| Gen::new(DEFAULT_SEED)))
 }
 
-/// Standard normal values (Box–Muller) into a fresh contiguous tensor.
+/// `torch.randn` into a fresh contiguous tensor.
 pub fn randn(t: &Raw) {
-    fill_randn(&mut split(), t);
+    with_gen(|g| fill_randn(g, t));
 }
 
 /// Standard normal values into each tensor in turn, from a generator of
-/// this call's own seeded with `seed`: the process's generator is neither
-/// read nor reseeded, so threads drawing at once each get their seed's values.
+/// this call's own seeded with `seed` (as `torch.Generator().manual_seed(seed)`):
+/// the process's generator is neither read nor reseeded, so threads drawing
+/// at once each get their seed's values.
 pub fn randn_seeded(ts: &[&Raw], seed: i64) {
-    let mut r = Xoshiro::seeded(seed as u64);
-    ts.iter().for_each(|t| fill_randn(&mut r, t));
+    let mut g = Gen::new(seed as u64);
+    ts.iter().for_each(|t| fill_randn(&mut g, t));
 }
 
-fn fill_randn(r: &mut Xoshiro, t: &Raw) {
-    with_elem!(t.dtype(), T => {
-        let s = t.slice_mut::<T>();
-        let mut pairs = s.chunks_mut(2);
-        for c in &mut pairs {
-            let (u, v) = (r.uniform(), r.uniform());
-            let rad = (-2.0 * u.ln()).sqrt();
-            let th = std::f64::consts::TAU * v;
-            c[0] = cast::<f64, T>(rad * th.cos());
-            if let Some(x) = c.get_mut(1) {
-                *x = cast::<f64, T>(rad * th.sin());
-            }
-        }
-    });
-}
-
-/// Uniform values in [0, 1) into a fresh contiguous floating tensor.
-pub fn rand(t: &Raw) {
-    let mut r = split();
-    super::elem::with_float!(t.dtype(), T => {
-        let bits = match t.dtype() {
-            crate::dtype::DType::F64 => 53,
-            crate::dtype::DType::F16 => 11,
-            crate::dtype::DType::BF16 => 8,
-            _ => 24,
-        };
-        t.slice_mut::<T>().iter_mut().for_each(|x| *x = cast::<f64, T>(r.unit(bits)));
-    }, _ => {});
-}
-
-/// `scale` with probability `keep`, else 0, into a fresh contiguous tensor.
-pub fn bernoulli_scaled(t: &Raw, keep: f64, scale: f64) {
-    let mut r = split();
-    with_elem!(t.dtype(), T => {
-        let (on, off) = (cast::<f64, T>(scale), cast::<f64, T>(0.0));
-        for x in t.slice_mut::<T>() {
-            *x = if r.uniform() <= keep { on } else { off };
-        }
-    });
-}
-
-/// The generator's state: 32 bytes (seeded first if it never was).
-pub fn state() -> [u8; 32] {
-    let mut g = GEN.lock().unwrap_or_else(|e| e.into_inner());
-    let g = g.get_or_insert_with(|| Xoshiro::seeded(67280421310721));
-    let mut out = [0u8; 32];
-    for (c, w) in out.chunks_mut(8).zip(g.0) {
-        c.copy_from_slice(&w.to_le_bytes());
+/// `normal_kernel` (DistributionTemplates.h): 16 or more contiguous values go
+/// through `normal_fill` (uniforms first, Box–Muller over blocks of 16, the
+/// last 16 redrawn when the size is not a multiple of 16); fewer are drawn
+/// one by one from `normal_distribution<double>`, which caches its sine.
+fn fill_randn(g: &mut Gen, t: &Raw) {
+    let n = t.numel();
+    match t.dtype() {
+        DType::F32 if n >= 16 => normal_fill(t.slice_mut::<f32>(), || g.unit_f32(), fill16_f32),
+        DType::F64 if n >= 16 => normal_fill(t.slice_mut::<f64>(), || g.unit_f64(), fill16_f64),
+        DType::F16 if n >= 16 => normal_fill_reduced(t.slice_mut::<half::f16>(), g),
+        DType::BF16 if n >= 16 => normal_fill_reduced(t.slice_mut::<half::bf16>(), g),
+        dt => with_elem!(dt, T => t.slice_mut::<T>().iter_mut().for_each(|x| *x = cast::<f64, T>(g.normal()))),
     }
-    out
 }
 
-pub fn set_state(bytes: &[u8; 32]) {
-    let w = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    *GEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(Xoshiro([w(0), w(1), w(2), w(3)]));
+fn normal_fill<T: Copy>(d: &mut [T], mut unit: impl FnMut() -> T, fill16: fn(&mut [T])) {
+    let n = d.len();
+    d.iter_mut().for_each(|x| *x = unit());
+    d.chunks_exact_mut(16).for_each(fill16);
+    if n % 16 != 0 {
+        let tail = &mut d[n - 16..];
+        tail.iter_mut().for_each(|x| *x = unit());
+        fill16(tail);
+    }
+}
+
+/// bf16 and fp16 compute in f32 through a 16-value buffer, drawing only the
+/// blocks they fill (so fewer draws than the f32 path for a ragged size).
+fn normal_fill_reduced<T: Elem<Acc = f32>>(d: &mut [T], g: &mut Gen) {
+    let n = d.len();
+    let mut block = |at: usize, d: &mut [T]| {
+        let mut buf = [0f32; 16];
+        buf.iter_mut().for_each(|x| *x = g.unit_f32());
+        fill16_f32(&mut buf);
+        d[at..at + 16].iter_mut().zip(buf).for_each(|(x, v)| *x = T::down(v));
+    };
+    (0..n / 16).for_each(|i| block(i * 16, d));
+    if n % 16 != 0 {
+        block(n - 16, d);
+    }
+}
+
+/// `NormalFill16<double>`: libm's log, cos and sin, as `std::` calls them.
+fn fill16_f64(d: &mut [f64]) {
+    for j in 0..8 {
+        let radius = (-2.0 * (1.0 - d[j]).ln()).sqrt();
+        let theta = 2.0 * std::f64::consts::PI * d[j + 8];
+        // `std::fma(v, std = 1, mean = 0)`.
+        (d[j], d[j + 8]) = (radius * theta.cos() + 0.0, radius * theta.sin() + 0.0);
+    }
+}
+
+/// Which `NormalFill16<float>` PyTorch runs here: its AVX2 kernel wherever the
+/// CPU has AVX2 and FMA (`normal_stub` is never dispatched to AVX512, see
+/// DistributionKernels.cpp), unless `ATEN_CPU_CAPABILITY=default` asks for
+/// the scalar one.
+fn avx2() -> bool {
+    static AVX2: OnceLock<bool> = OnceLock::new();
+    *AVX2.get_or_init(|| {
+        let asked = std::env::var("ATEN_CPU_CAPABILITY").map(|v| v.eq_ignore_ascii_case("default")).unwrap_or(false);
+        #[cfg(target_arch = "x86_64")]
+        return !asked && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        #[cfg(not(target_arch = "x86_64"))]
+        return !asked && false;
+    })
+}
+
+fn fill16_f32(d: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked by `avx2`).
+        return unsafe { fill16_avx2(d) };
+    }
+    for j in 0..8 {
+        let radius = (-2.0 * (1.0 - d[j]).ln()).sqrt();
+        let theta = (2.0 * std::f64::consts::PI * f64::from(d[j + 8])) as f32;
+        (d[j], d[j + 8]) = (radius * theta.cos() + 0.0, radius * theta.sin() + 0.0);
+    }
+}
+
+/// `NormalFill16<float>` for AVX2, lane by lane: Cephes' log and sincos of
+/// `avx_mathfun.h`, with the FMAs GCC contracts their multiply-adds into
+/// (each product whose only use is an addition, first product first).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fill16_avx2(d: &mut [f32]) {
+    let two_pi = (2.0 * std::f64::consts::PI) as f32;
+    for j in 0..8 {
+        let radius = (-2.0 * log_ps(1.0 - d[j])).sqrt();
+        let (s, c) = sincos_ps(two_pi * d[j + 8]);
+        (d[j], d[j + 8]) = (radius * c + 0.0, radius * s + 0.0);
+    }
+}
+
+/// avx_mathfun.h's constants are double literals stored as floats.
+#[cfg(target_arch = "x86_64")]
+const fn c(x: f64) -> f32 {
+    x as f32
+}
+
+/// `log256_ps` for one lane (an argument in (0, 1] here; <= 0 gives NaN as there).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn log_ps(x: f32) -> f32 {
+    const P: [f32; 9] = [
+        c(7.0376836292E-2), c(-1.1514610310E-1), c(1.1676998740E-1), c(-1.2420140846E-1), c(1.4249322787E-1),
+        c(-1.6668057665E-1), c(2.0000714765E-1), c(-2.4999993993E-1), c(3.3333331174E-1),
+    ];
+    let invalid = x <= 0.0;
+    let b = x.max(f32::MIN_POSITIVE).to_bits();
+    let e = ((b >> 23) as i32 - 0x7f) as f32 + 1.0;
+    let x = f32::from_bits((b & !0x7f80_0000) | 0.5f32.to_bits());
+    let small = x < c(0.707106781186547524);
+    let (x, e) = ((x - 1.0) + if small { x } else { 0.0 }, e - if small { 1.0 } else { 0.0 });
+    let z = x * x;
+    let y = P[1..].iter().fold(P[0], |y, &p| y.mul_add(x, p)) * x;
+    let y = (-z).mul_add(0.5, y.mul_add(z, e * c(-2.12194440e-4)));
+    let r = e.mul_add(c(0.693359375), x + y);
+    if invalid {
+        f32::NAN
+    } else {
+        r
+    }
+}
+
+/// `sincos256_ps` for one lane: (sin, cos).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn sincos_ps(x: f32) -> (f32, f32) {
+    let sign = x.to_bits() & 0x8000_0000;
+    let x = x.abs();
+    let y = x * c(1.27323954473516);
+    // cvttps2dq: out of range (or NaN) gives i32::MIN.
+    let j = if y < 2_147_483_648.0 { y as i32 } else { i32::MIN };
+    let j = j.wrapping_add(1) & !1;
+    let y = j as f32;
+    let x = y.mul_add(c(-3.77489497744594108e-8), y.mul_add(c(-2.4187564849853515625e-4), y.mul_add(-0.78515625, x)));
+    let sign_sin = sign ^ (((j & 4) as u32) << 29);
+    let sign_cos = ((!j.wrapping_sub(2) & 4) as u32) << 29;
+    let z = x * x;
+    let cp = c(2.443315711809948E-005).mul_add(z, c(-1.388731625493765E-003)).mul_add(z, c(4.166664568298827E-002)) * z;
+    let cp = cp.mul_add(z, -(z * 0.5)) + 1.0;
+    let sp = (c(-1.9515295891E-4).mul_add(z, c(8.3321608736E-3)).mul_add(z, c(-1.6666654611E-1)) * z).mul_add(x, x);
+    let (ysin1, ysin2) = if j & 2 == 0 { (0.0, sp) } else { (cp, 0.0) };
+    let (sin, cos) = (ysin1 + ysin2, (cp - ysin1) + (sp - ysin2));
+    (f32::from_bits(sin.to_bits() ^ sign_sin), f32::from_bits(cos.to_bits() ^ sign_cos))
+}
+
+/// `torch.rand`: `uniform_kernel`'s draws, in f32 for every dtype but f64; a
+/// value that rounds up to 1 in a narrower dtype becomes 0, as there.
+pub fn rand(t: &Raw) {
+    fn narrow<T: Elem<Acc = f32>>(d: &mut [T], g: &mut Gen) {
+        d.iter_mut().for_each(|x| *x = Some(T::down(g.unit_f32())).filter(|v| v.up() != 1.0).unwrap_or(T::down(0.0)));
+    }
+    with_gen(|g| match t.dtype() {
+        DType::F64 => t.slice_mut::<f64>().iter_mut().for_each(|x| *x = g.unit_f64()),
+        DType::F32 => narrow(t.slice_mut::<f32>(), g),
+        DType::F16 => narrow(t.slice_mut::<half::f16>(), g),
+        DType::BF16 => narrow(t.slice_mut::<half::bf16>(), g),
+        _ => {}
+    });
+}
+
+/// `scale` with probability `keep`, else 0, into a fresh contiguous tensor:
+/// `bernoulli_(keep)` through `bernoulli_distribution<double>`, the kernel
+/// PyTorch runs unless it has MKL on an Intel CPU (see `bernoulli_p`'s note).
+pub fn bernoulli_scaled(t: &Raw, keep: f64, scale: f64) {
+    with_gen(|g| {
+        with_elem!(t.dtype(), T => {
+            let (on, off) = (cast::<f64, T>(scale), cast::<f64, T>(0.0));
+            t.slice_mut::<T>().iter_mut().for_each(|x| *x = if g.unit_f64() < keep { on } else { off });
+        })
+    });
+}
+
+/// The generator's state in `torch.get_rng_state()`'s layout
+/// (`CPUGeneratorImplState`, x86-64, little-endian), so either backend's
+/// saved state loads into the other.
+pub fn state() -> Vec<u8> {
+    with_gen(|g| {
+        let mut b = vec![0u8; STATE_BYTES];
+        let mut put = |at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
+        put(0, &g.seed.to_le_bytes());
+        put(8, &g.left.to_le_bytes());
+        put(12, &1u32.to_le_bytes());
+        put(16, &u64::from(g.next).to_le_bytes());
+        for (i, w) in g.s.iter().enumerate() {
+            put(24 + 8 * i, &u64::from(*w).to_le_bytes());
+        }
+        if let Some(v) = g.normal {
+            put(5024, &v.to_le_bytes());
+            put(5040, &1u32.to_le_bytes());
+        }
+        if let Some(v) = g.normal_f32 {
+            put(5048, &v.to_le_bytes());
+            put(5052, &[1]);
+        }
+        b
+    })
+}
+
+/// Loads a state from `state()` or `torch.get_rng_state()`, checked as
+/// `CPUGeneratorImpl::set_state` checks it. The 32 bytes that earlier
+/// versions saved (a xoshiro256++ state) cannot continue their stream: they
+/// seed the generator with the xor of their four little-endian words, so an
+/// old checkpoint still loads and draws reproducibly.
+pub fn set_state(b: &[u8]) -> std::result::Result<(), String> {
+    let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
+    let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default());
+    let g = match b.len() {
+        32 => Gen::new((0..4).fold(0, |a, i| a ^ u64_at(8 * i))),
+        STATE_BYTES => {
+            let (left, next) = (u32_at(8) as i32, u64_at(16) as u32);
+            if u32_at(12) == 0 || !(1..=N as i32).contains(&left) || next > N as u32 {
+                return Err("invalid mt19937 state".into());
+            }
+            let mut g = Gen::new(u64_at(0));
+            g.s.iter_mut().enumerate().for_each(|(i, w)| *w = u64_at(24 + 8 * i) as u32);
+            (g.left, g.next) = (left as u32, next);
+            g.normal = (u32_at(5040) != 0).then(|| f64::from_bits(u64_at(5024)));
+            g.normal_f32 = (b[5052] != 0).then(|| f32::from_bits(u32_at(5048)));
+            g
+        }
+        n => return Err(format!("a cpu-backend RNG state is {STATE_BYTES} bytes (or 32 from an older version), got {n}")),
+    };
+    *GEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(g);
+    Ok(())
 }

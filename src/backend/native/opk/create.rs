@@ -266,11 +266,34 @@ fn randint(call: &Call, _: &[Option<&Raw>]) -> Result<Vec<Raw>> {
             }
         }
     }
+    let (low, high) = if dt.is_float() { float_bounds(dt, low, high) } else { (low, high) };
+    if low >= high {
+        crate::bail!(E_INVALID_ARG, "randint: expects 'low' casted to {0} to be less than 'high' casted to {0}", dt.name());
+    }
     let out = Raw::empty(&size_arg(call, dt)?, dt)?;
+    // `random_from_to_kernel`: a 32-bit draw for ranges under 2^28, else a 64-bit
+    // one, reduced modulo the range (DistributionsHelper.h, TransformationHelper.h).
     let range = (i128::from(high) - i128::from(low)) as u64;
-    let mut r = rng::split();
-    with_elem!(dt, T => out.slice_mut::<T>().iter_mut().for_each(|x| *x = T::from_sc(Sc::I(low.wrapping_add(r.below(range) as i64)))));
+    rng::with_gen(|g| {
+        let mut draw = || if range >= 1 << 28 { g.random64() } else { u64::from(g.random()) };
+        with_elem!(dt, T => out.slice_mut::<T>().iter_mut().for_each(|x| *x = T::from_sc(Sc::I((draw() % range).wrapping_add(low as u64) as i64))));
+    });
     Ok(vec![out])
+}
+
+/// `update_from` and `update_to` (ATen/native/DistributionTemplates.h): a
+/// bound the floating dtype rounds outward is moved inward, to a value it holds.
+fn float_bounds(dt: DType, low: i64, high: i64) -> (i64, i64) {
+    let digits = match dt {
+        DType::F16 => 11,
+        DType::BF16 => 8,
+        DType::F32 => 24,
+        _ => 53,
+    };
+    let through = |v: i64| with_float!(dt, T => cast::<T, i64>(T::from_sc(Sc::I(v))), _ => v);
+    let step = |v: i64| 1i64 << (63 - i64::from((v.unsigned_abs() | 1).leading_zeros()) - digits + 1).clamp(0, 62);
+    let (up, down) = (through(low + 1), through(high - 1));
+    (if up < low { up.wrapping_add(step(low + 1)) } else { low }, if down >= high { down.wrapping_sub(step(high - 1)) } else { high })
 }
 
 fn randn_like(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
@@ -284,12 +307,18 @@ fn randn_like(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     Ok(vec![out])
 }
 
-/// Ones where a uniform draw falls below `p(i)`, zeros elsewhere, in `dt`.
-fn draws(shape: &[i64], dt: DType, p: impl Fn(usize) -> f64) -> Result<Raw> {
+/// Ones where `hit` says so, zeros elsewhere, in `dt`, drawn in order.
+fn draws(shape: &[i64], dt: DType, mut hit: impl FnMut(&mut rng::Gen, usize) -> bool) -> Result<Raw> {
     let out = Raw::empty(shape, dt)?;
-    let mut r = rng::split();
-    with_elem!(dt, T => out.slice_mut::<T>().iter_mut().enumerate().for_each(|(i, x)| *x = T::from_sc(Sc::B(r.unit(53) < p(i)))));
+    rng::with_gen(|g| with_elem!(dt, T => out.slice_mut::<T>().iter_mut().enumerate().for_each(|(i, x)| *x = T::from_sc(Sc::B(hit(g, i))))));
     Ok(out)
+}
+
+/// `v` rounded to `dt` (for arithmetic done in f64 that PyTorch does in `dt`:
+/// one correctly rounded f64 operation then rounded to f32 or f16 is the
+/// correctly rounded narrow operation).
+fn round_to(dt: DType, v: f64) -> f64 {
+    with_float!(dt, T => cast::<T, f64>(cast::<f64, T>(v)), _ => v)
 }
 
 /// A tensor's values as f64, in row-major order.
@@ -306,7 +335,13 @@ fn bernoulli(_: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     if p.iter().any(|v| !(0.0..=1.0).contains(v)) {
         crate::bail!(E_INVALID_ARG, "bernoulli: every probability must be in [0, 1]");
     }
-    Ok(vec![draws(x.shape(), x.dtype(), |i| p[i])?])
+    // `bernoulli_tensor_cpu_p_`: a double probability against a 53-bit draw,
+    // any other against a 24-bit one.
+    if x.dtype() == DType::F64 {
+        Ok(vec![draws(x.shape(), x.dtype(), |g, i| g.unit_f64() < p[i])?])
+    } else {
+        Ok(vec![draws(x.shape(), x.dtype(), |g, i| g.unit_f32() < p[i] as f32)?])
+    }
 }
 
 fn bernoulli_p(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
@@ -315,7 +350,10 @@ fn bernoulli_p(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     if !(0.0..=1.0).contains(&p) {
         crate::bail!(E_INVALID_ARG, "bernoulli: p must be in [0, 1], got p={p}");
     }
-    Ok(vec![draws(x.shape(), x.dtype(), |_| p)?])
+    // `bernoulli_scalar_kernel_default`. PyTorch built with MKL runs on an Intel
+    // CPU MKL's own generator (VSL_BRNG_MCG31 seeded from one draw) instead,
+    // whose values this does not reproduce.
+    Ok(vec![draws(x.shape(), x.dtype(), |g, _| g.unit_f64() < p)?])
 }
 
 fn multinomial(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
@@ -341,33 +379,38 @@ fn multinomial(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     if p.iter().any(|v| !v.is_finite() || *v < 0.0) {
         crate::bail!(E_INVALID_ARG, "multinomial: probability tensor contains either inf, nan or element < 0");
     }
-    if cats == 0 && rows > 0 {
+    if (cats == 0 && rows > 0) || p.chunks(cats.max(1) as usize).any(|r| r.iter().sum::<f64>() <= 0.0) {
         crate::bail!(E_INVALID_ARG, "multinomial: invalid multinomial distribution (sum of probabilities <= 0)");
     }
-    let (cats, n) = (cats as usize, n as usize);
-    let mut r = rng::split();
-    for (row, o) in p.chunks(cats.max(1)).zip(out.slice_mut::<i64>().chunks_mut(n)) {
-        let cum: Vec<f64> = row.iter().scan(0.0, |s, v| {
-            *s += v;
-            Some(*s)
-        })
-        .collect();
-        let total = cum.last().copied().unwrap_or(0.0);
-        if total <= 0.0 {
-            crate::bail!(E_INVALID_ARG, "multinomial: invalid multinomial distribution (sum of probabilities <= 0)");
-        }
-        if replace {
-            // The first category whose cumulative sum passes a uniform draw: a zero-probability one never does.
-            for s in o.iter_mut() {
-                let u = r.unit(53) * total;
-                *s = cum.partition_point(|&c| c <= u).min(cats - 1) as i64;
+    let (cats, n, dt) = (cats as usize, n as usize, x.dtype());
+    // Sums in the dtype's computing type: f32 for all but f64 (MultinomialKernel.cpp).
+    let acc = if dt == DType::F64 { DType::F64 } else { DType::F32 };
+    rng::with_gen(|g| {
+        for (row, o) in p.chunks(cats.max(1)).zip(out.slice_mut::<i64>().chunks_mut(n)) {
+            if !replace || n == 1 {
+                // Distributions.cpp: the top `n` of p / q, q ~ Exp(1) drawn in `dt` (Gumbel-max);
+                // ties, which PyTorch leaves unordered, go to the lower index.
+                let mut keys: Vec<(f64, usize)> =
+                    row.iter().enumerate().map(|(i, &v)| (round_to(dt, v / round_to(dt, g.exponential())), i)).collect();
+                keys.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                o.iter_mut().zip(&keys).for_each(|(s, k)| *s = k.1 as i64);
+            } else {
+                // The normalised cumulative sums, the last set to 1, searched for the
+                // first entry not below a 53-bit uniform draw.
+                let mut cum: Vec<f64> = row.iter().scan(0.0, |s, &v| {
+                    *s = round_to(acc, *s + v);
+                    Some(*s)
+                })
+                .collect();
+                let total = cum[cats - 1];
+                cum.iter_mut().for_each(|c| *c = round_to(acc, *c / total));
+                cum[cats - 1] = 1.0;
+                o.iter_mut().for_each(|s| {
+                    let u = g.unit_f64();
+                    *s = cum.partition_point(|&c| c < u) as i64;
+                });
             }
-        } else {
-            // The top `n` of p / Exp(1) keys draw `n` distinct categories with the sequential probabilities.
-            let mut keys: Vec<(f64, usize)> = row.iter().enumerate().map(|(i, &v)| (v / -r.unit(53).ln(), i)).collect();
-            keys.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            o.iter_mut().zip(&keys).for_each(|(s, k)| *s = k.1 as i64);
         }
-    }
+    });
     Ok(vec![out])
 }
