@@ -197,7 +197,7 @@ pub fn dropout(x: &Raw, p: f64, train: bool) -> Result<Raw> {
     // for every dtype but f64.
     let keep = 1.0 - p;
     if keep <= 0.0 {
-        return super::ops::binary(crate::ops::Binary::Mul, x, &Raw::zeros(&[], x.dtype())?);
+        return super::ops::binary(crate::vocab::kinds::Binary::Mul, x, &Raw::zeros(&[], x.dtype())?);
     }
     let noise = Raw::empty(x.shape(), x.dtype())?;
     let scale = if x.dtype() == DType::F64 { 1.0 / keep } else { f64::from(1.0 / keep as f32) };

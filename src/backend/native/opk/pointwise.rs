@@ -178,9 +178,10 @@ unary!(softplus, "SoftplusBackward0", ["beta", "threshold"], |x, p| if x * p[0] 
 unary!(hardtanh, "HardtanhBackward0", ["min_val", "max_val"], |x, p| if x < p[0] { p[0] } else if x > p[1] { p[1] } else { x }, |g, x, y, p| if x <= p[0] || x >= p[1] { T::zero() } else { g }, int |v, p| v.clamp(p[0] as i64, p[1] as i64));
 unary!(leaky_relu, "LeakyReluBackward0", ["negative_slope"], |x, p| if x > T::zero() { x } else { x * p[0] }, |g, x, y, p| if x > T::zero() { g } else { g * p[0] });
 unary!(elu, "EluBackward0", ["alpha", "scale", "input_scale"], |x, p| if x > T::zero() { x * p[1] } else { p[0] * p[1] * ((x * p[2]).exp() - T::one()) }, |g, x, y, p| if x > T::zero() { g * p[1] } else { g * p[2] * p[0] * p[1] * (x * p[2]).exp() });
-// As ATen's hardsigmoid/hardswish kernels: relu6(x + 3) / 6; the gradient's bounds as theirs.
+// As ATen's hardsigmoid/hardswish kernels: relu6(x + 3) / 6; the gradient's bounds as
+// theirs, and hardsigmoid's gradient factor is their `1.0f / 6.0f`, a float even for double.
 unary!(hardsigmoid, "HardsigmoidBackward0", [], |x, p| (x + c::<T>(3.0)).max(T::zero()).min(c::<T>(6.0)) / c::<T>(6.0), |g, x, y, p| {
-    if x > c::<T>(-3.0) && x < c::<T>(3.0) { g / c::<T>(6.0) } else { T::zero() }
+    if x > c::<T>(-3.0) && x < c::<T>(3.0) { g * c::<T>(f64::from(1.0f32 / 6.0f32)) } else { T::zero() }
 });
 unary!(hardswish, "HardswishBackward0", [], |x, p| x * (x + c::<T>(3.0)).max(T::zero()).min(c::<T>(6.0)) / c::<T>(6.0), |g, x, y, p| {
     if x < c::<T>(-3.0) { T::zero() } else if x <= c::<T>(3.0) { g * (x / c::<T>(3.0) + c::<T>(0.5)) } else { g }
