@@ -10,6 +10,17 @@ DT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torc
 TORCH = {v: k for k, v in DT.items()}
 
 
+def run_in_threads(fn, n):
+    """Runs fn(0) .. fn(n-1) on n threads at once and waits for all of them."""
+    import threading
+
+    threads = [threading.Thread(target=fn, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def to_et(t):
     t = t.detach().contiguous()
     raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""

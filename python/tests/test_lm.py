@@ -14,7 +14,7 @@ import torch
 
 import enkai_tensor as et
 import lm_reference as ref
-from helpers import same, to_torch
+from helpers import run_in_threads, same, to_torch
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -152,7 +152,6 @@ def test_forward_errors():
 def test_seeded_inits_on_several_threads_get_their_own_seeds_weights():
     """lm_init draws from a generator of its own: concurrent inits cannot
     interleave their draws, and the process's generator is not reseeded."""
-    import threading
     spec = {"vocab_size": 16, "seq_len": 4, "d_model": 8, "n_layers": 1, "n_heads": 2}
     alone = {s: et.lm_init(spec, seed=s)[0].tolist() for s in range(4)}
     et.manual_seed(5)
@@ -165,11 +164,7 @@ def test_seeded_inits_on_several_threads_get_their_own_seeds_weights():
             if et.lm_init(spec, seed=seed)[0].tolist() != alone[seed]:
                 wrong.append(seed)
 
-    threads = [threading.Thread(target=run, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(run, 4)
     assert wrong == []
     assert et.randn([3]).tolist() == expected_next
 

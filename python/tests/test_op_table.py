@@ -554,7 +554,7 @@ def test_a_left_out_tensor_past_the_64th_input_is_never_served_another_pattern(b
 
 def test_the_memo_is_per_thread(backend):
     """Threads calling the same ops with their own kwargs each get their own results."""
-    import threading
+    from helpers import run_in_threads
 
     a = et.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
     b = et.from_numpy(np.ones((2, 3), np.float32))
@@ -570,9 +570,5 @@ def test_the_memo_is_per_thread(backend):
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(work, 4)
     assert not errors, errors
