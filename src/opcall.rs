@@ -299,7 +299,13 @@ fn pattern(present: &[bool]) -> Option<u64> {
     if present.len() > 64 && present[64..].contains(&false) {
         return None;
     }
-    Some(present.iter().take(64).enumerate().fold(0u64, |m, (i, &p)| m | (u64::from(p) << i)))
+    Some(mask(present.iter().copied()))
+}
+
+/// Bit `i` set for each present input `i` among the first 64.
+#[inline]
+fn mask(present: impl Iterator<Item = bool>) -> u64 {
+    present.take(64).enumerate().fold(0u64, |m, (i, p)| m | (u64::from(p) << i))
 }
 
 fn resolve_cached(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Rc<Resolved>> {
@@ -545,7 +551,7 @@ impl<'a> Key<'a> {
         if inputs.len() > 64 {
             return None;
         }
-        let mask = inputs.iter().enumerate().fold(0u64, |m, (i, &h)| m | (u64::from(h != 0) << i));
+        let mask = mask(inputs.iter().map(|&h| h != 0));
         // SAFETY: the caller's promise.
         let (name, h) = unsafe { scan(name, FNV_START) };
         let (kwargs, kh) = if kwargs.is_null() {
@@ -578,7 +584,7 @@ fn memo_put(name: &str, kwargs: Option<&str>, present: &[bool], op: &'static OpD
     if present.len() > 64 {
         return;
     }
-    let mask = present.iter().enumerate().fold(0u64, |m, (i, &p)| m | (u64::from(p) << i));
+    let mask = mask(present.iter().copied());
     let (name, kwargs) = (name.as_bytes(), kwargs.map(str::as_bytes));
     let key = Key { name, kwargs, mask, n: present.len(), hash: finish(fnv(name), kwargs.map(fnv), mask, present.len()) };
     let e = Memo { hash: key.hash, name: name.into(), kwargs: kwargs.map(Into::into), mask, n: key.n, op, resolved: resolved.clone() };

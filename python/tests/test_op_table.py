@@ -242,6 +242,18 @@ def test_schema_covers_both_backends():
         assert set(ov["backends"]) <= set(et.backend_list()), ov
 
 
+def test_every_overload_is_an_aten_operator_with_its_parameters():
+    """Every overload of the table names a PyTorch operator whose arguments
+    begin with the row's parameters, in order: the torch backend's boxed call
+    passes them positionally, and the rest take the operator's defaults. A
+    parameter may carry its Python name where ATen's differs (`aten`)."""
+    for ov in SCHEMA:
+        name, _, overload = ov["overload"].partition(".")
+        theirs = [a.name for a in getattr(getattr(torch.ops.aten, name), overload or "default")._schema.arguments]
+        ours = [p.get("aten", p["name"]) for p in ov["params"]]
+        assert theirs[:len(ours)] == ours, (ov["overload"], theirs)
+
+
 def test_generic_entry_errors(backend):
     x = et.tensor([[1.0, -2.0]])
     gc.collect()  # earlier tests' garbage must not be freed between the two counts

@@ -24,6 +24,9 @@ pub struct OpDef {
     pub index: usize,
     pub row: &'static Row,
     pub sigs: Vec<Sig>,
+    /// For an in-place form derived from an out-of-place op: that op's index
+    /// (its overloads are the twin's, in the same order).
+    pub twin: Option<usize>,
 }
 
 impl OpDef {
@@ -67,13 +70,13 @@ struct Table {
 fn table() -> &'static Table {
     static T: OnceLock<Table> = OnceLock::new();
     T.get_or_init(|| {
-        let ops: Vec<OpDef> = table::SECTIONS
-            .iter()
-            .flat_map(|s| s.iter())
+        let ops: Vec<OpDef> = table::rows()
+            .into_iter()
             .enumerate()
-            .map(|(index, row)| OpDef {
+            .map(|(index, (row, twin))| OpDef {
                 index,
                 row,
+                twin,
                 // The rows are constants checked by the unit tests below: a bad one is a build defect.
                 sigs: row.sigs.iter().map(|s| schema::parse(s).unwrap_or_else(|e| panic!("{}", e.detail))).collect(),
             })
@@ -325,7 +328,7 @@ mod tests {
     #[test]
     fn every_row_parses_and_names_are_unique() {
         let mut seen = std::collections::HashSet::new();
-        for r in super::table::SECTIONS.iter().flat_map(|s| s.iter()) {
+        for r in super::ops().iter().map(|o| o.row) {
             assert!(seen.insert(r.name), "{} twice", r.name);
             for s in r.sigs {
                 let sig = super::schema::parse(s).unwrap_or_else(|e| panic!("{}", e.detail));

@@ -38,17 +38,6 @@ void* enkai_shim_op_find(const char* name, const char* overload, char** err) {
   return found;
 }
 
-// The operator's number of arguments (its full schema's), for the table's self-check.
-size_t enkai_shim_op_arity(void* op) {
-  return static_cast<c10::OperatorHandle*>(op)->schema().arguments().size();
-}
-
-// The name of argument `i` of the operator's schema (owned by the schema).
-const char* enkai_shim_op_arg_name(void* op, size_t i) {
-  const auto& args = static_cast<c10::OperatorHandle*>(op)->schema().arguments();
-  return i < args.size() ? args[i].name().c_str() : nullptr;
-}
-
 static c10::IValue to_ivalue(const EnkaiArg& a) {
   switch (a.tag) {
     case 0: return c10::IValue();

@@ -37,8 +37,6 @@ const ARG_DEFAULT: i32 = 10;
 
 extern "C" {
     fn enkai_shim_op_find(name: *const c_char, overload: *const c_char, err: *mut *mut c_char) -> *mut c_void;
-    fn enkai_shim_op_arity(op: *mut c_void) -> usize;
-    fn enkai_shim_op_arg_name(op: *mut c_void, i: usize) -> *const c_char;
     fn enkai_shim_op_call(op: *mut c_void, args: *const EnkaiArg, n: usize, outs: *mut *mut C_tensor, cap: usize, n_out: *mut usize) -> *mut c_char;
 }
 
@@ -64,16 +62,6 @@ fn operator(op: usize, sig: usize) -> Result<*mut c_void> {
     // A race stores an equal handle twice; the loser's copy is kept alive for the process.
     slot.store(p, Ordering::Release);
     Ok(p)
-}
-
-/// The names of the ATen operator's arguments (the table's self-check: its
-/// schema line must be a prefix of libtorch's).
-pub fn operator_arg_names(op: usize, sig: usize) -> Result<Vec<String>> {
-    let h = operator(op, sig)?;
-    // SAFETY: a live operator handle; names are NUL-terminated strings owned by its schema.
-    Ok((0..unsafe { enkai_shim_op_arity(h) })
-        .map(|i| unsafe { std::ffi::CStr::from_ptr(enkai_shim_op_arg_name(h, i)) }.to_string_lossy().into_owned())
-        .collect())
 }
 
 /// Runs the call; its results, each passed through `wrap` (the caller's
@@ -124,26 +112,4 @@ pub fn run<O>(call: &Call, inputs: &[Option<&Raw>], wrap: impl Fn(Raw) -> O) -> 
     shim_result(err, Code::E_TORCH)?;
     // SAFETY: on success the first `n` slots hold new at::Tensor* nobody else owns.
     Ok(outs[..n].iter().map(|&p| wrap(Raw(unsafe { tch::Tensor::from_ptr(p) }))).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    /// Every overload of the table is a libtorch operator whose arguments
-    /// begin with the row's parameters, in order (the boxed call passes them
-    /// positionally; the rest take the operator's defaults).
-    #[test]
-    fn every_row_names_a_libtorch_operator_with_its_parameters() {
-        for op in crate::vocab::ops() {
-            for (i, s) in op.sigs.iter().enumerate() {
-                let names = super::operator_arg_names(op.index, i).unwrap_or_else(|e| panic!("{}: {}", s.text, e.detail));
-                let ours: Vec<&str> = s.params.iter().map(|p| p.name.as_str()).collect();
-                assert!(names.len() >= ours.len(), "{}: libtorch has {names:?}", s.text);
-                for (k, (a, b)) in ours.iter().zip(&names).enumerate() {
-                    // A parameter may carry its Python name where ATen's differs.
-                    let renamed = crate::vocab::RENAMES.contains(&(b.as_str(), *a));
-                    assert!(a == b || renamed, "{}: parameter {k} is {a}, libtorch's is {b}", s.text);
-                }
-            }
-        }
-    }
 }

@@ -5,43 +5,15 @@
 //! broadcast it larger) and casts to `self`'s dtype under `torch.can_cast`.
 //! Autograd rebases `self`'s history, and a tensor that a recorded backward
 //! saved and an in-place op then overwrote makes that backward `E_AUTOGRAD`.
-//! The cases are the out-of-place rows' where those apply.
+//! The forms with an out-of-place twin (`add_` of `add`) are derived from
+//! it: its overloads, dtype rule, kind and cases; the rows below are the
+//! forms without one.
 
 use super::Accept::*;
 use super::Out::*;
-use super::{other, pointwise, Row};
+use super::{other, Row};
 
 pub static ROWS: &[Row] = &[
-    pointwise("add_", &["add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)", "add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)"], All, Same, true),
-    pointwise("sub_", &["sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)", "sub_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)"], All, Same, true),
-    pointwise("mul_", &["mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)", "mul_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)"], All, Same, true),
-    pointwise("div_", &[
-        "div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)",
-        "div_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)",
-        "div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)",
-        "div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)",
-    ], All, ToFloat, true),
-    pointwise("clamp_", &[
-        "clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)",
-        "clamp_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)",
-    ], Num, Same, true),
-    other("masked_fill_", &[
-        "masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)",
-        "masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)",
-    ], All, Kernel, true, &[
-        r#"{"inputs": [[3, 4], {"shape": [3, 4], "dtype": "bool"}], "kwargs": {"value": -1.5}}"#,
-        r#"{"inputs": [[3, 4], {"shape": [4], "dtype": "bool"}], "kwargs": {"value": 2}}"#,
-        r#"{"inputs": [[4], {"shape": [3, 4], "dtype": "bool"}], "kwargs": {"value": 2}}"#,
-        r#"{"inputs": [[3, 4], {"shape": [4], "dtype": "bool"}, []]}"#,
-        r#"{"inputs": [[3, 4], {"shape": [3, 4], "dtype": "bool"}, [1]]}"#,
-    ]),
-    other("index_put_", &["index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor(a!)"], All, Kernel, true, &[
-        r#"{"inputs": [[3, 4], [{"shape": [1], "dtype": "int64", "range": [-3, 3]}], [4]]}"#,
-        r#"{"inputs": [[3, 4], [{"shape": [2], "dtype": "int64", "range": [0, 3]}, {"shape": [2], "dtype": "int32", "range": [-4, 4]}], []], "kwargs": {"accumulate": true}}"#,
-        r#"{"inputs": [[2, 3, 4], [null, {"shape": [3, 1], "dtype": "int64", "range": [0, 3]}], [3, 1, 4]], "kwargs": {"accumulate": true}}"#,
-        r#"{"inputs": [[3, 4], [{"shape": [3, 4], "dtype": "bool"}], []]}"#,
-        r#"{"inputs": [[3, 4], [{"shape": [2], "dtype": "int64", "range": [3, 5]}], [4]]}"#,
-    ]),
     other("fill_", &["fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)", "fill_.Tensor(Tensor(a!) self, Tensor value) -> Tensor(a!)"], All, Kernel, true, &[
         r#"{"inputs": [[3, 4]], "kwargs": {"value": -2.5}}"#,
         r#"{"inputs": [[]], "kwargs": {"value": 3}}"#,
@@ -58,3 +30,31 @@ pub static ROWS: &[Row] = &[
         r#"{"inputs": [[4], [3, 4]]}"#,
     ]),
 ];
+
+/// The in-place forms of out-of-place rows, as PyTorch declares them: each
+/// with the cases it adds to its twin's (where only the in-place rule differs).
+pub static FORMS: &[(&str, &[&str])] = &[
+    ("add_", &[]),
+    ("sub_", &[]),
+    ("mul_", &[]),
+    ("div_", &[]),
+    ("clamp_", &[]),
+    ("masked_fill_", &[r#"{"inputs": [[3, 4], {"shape": [4], "dtype": "bool"}], "kwargs": {"value": 2}}"#]),
+    ("index_put_", &[]),
+];
+
+/// The row of the in-place form `name` of `twin`: every overload of the twin
+/// with `self` and the result `Tensor(a!)` (`add_.Tensor(Tensor(a!) self, ...)
+/// -> Tensor(a!)`), the twin's cases and then `extra`.
+pub fn derive(name: &'static str, extra: &'static [&'static str], twin: &Row) -> Row {
+    let sigs: Vec<&'static str> = twin
+        .sigs
+        .iter()
+        .map(|s| {
+            let body = s.strip_prefix(twin.name).and_then(|b| b.strip_suffix(" -> Tensor")).unwrap_or_else(|| panic!("{s}: not one tensor's op"));
+            &*String::leak(format!("{name}{} -> Tensor(a!)", body.replacen("(Tensor self", "(Tensor(a!) self", 1)))
+        })
+        .collect();
+    let cases: Vec<&'static str> = twin.cases.iter().chain(extra).copied().collect();
+    Row { name, sigs: Vec::leak(sigs), cases: Vec::leak(cases), ..*twin }
+}

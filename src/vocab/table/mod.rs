@@ -63,6 +63,7 @@ pub enum Domain {
     Own,
 }
 
+#[derive(Clone, Copy)]
 pub struct Row {
     pub name: &'static str,
     /// The oracle suite's cases for ops that are not elementwise (elementwise
@@ -94,8 +95,21 @@ mod sort;
 use Domain::*;
 use Kind::*;
 
-/// The table, in sections by family; `crate::vocab::ops()` reads them in order.
+/// The table, in sections by family; `crate::vocab::ops()` reads them in order,
+/// then the in-place forms derived from their out-of-place twins (`inplace::FORMS`).
 pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, shape::ROWS, index::ROWS, sort::ROWS, create::ROWS, inplace::ROWS];
+
+/// Every row, in the table's order, with the index of each derived in-place
+/// form's twin. Called once, by `crate::vocab`'s table: the derived rows live
+/// as long as the process, as the static ones do.
+pub fn rows() -> Vec<(&'static Row, Option<usize>)> {
+    let mut rows: Vec<(&'static Row, Option<usize>)> = SECTIONS.iter().flat_map(|s| s.iter()).map(|r| (r, None)).collect();
+    for &(name, extra) in inplace::FORMS {
+        let twin = rows.iter().position(|(r, _)| r.name == name.trim_end_matches('_')).unwrap_or_else(|| panic!("{name}: no twin in the table"));
+        rows.push((Box::leak(Box::new(inplace::derive(name, extra, rows[twin].0))), Some(twin)));
+    }
+    rows
+}
 
 /// A one-tensor elementwise op.
 pub const fn unary(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, domain: Domain) -> Row {

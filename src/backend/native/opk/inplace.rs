@@ -23,21 +23,6 @@ use crate::json::write_int_list as fmt;
 use crate::vocab::{self, Call};
 
 pub static KERNELS: &[(&str, Kernel)] = &[
-    ("add_.Tensor", |c, i| via(c, i, "add", "add.Tensor")),
-    ("add_.Scalar", |c, i| via(c, i, "add", "add.Scalar")),
-    ("sub_.Tensor", |c, i| via(c, i, "sub", "sub.Tensor")),
-    ("sub_.Scalar", |c, i| via(c, i, "sub", "sub.Scalar")),
-    ("mul_.Tensor", |c, i| via(c, i, "mul", "mul.Tensor")),
-    ("mul_.Scalar", |c, i| via(c, i, "mul", "mul.Scalar")),
-    ("div_.Tensor", |c, i| via(c, i, "div", "div.Tensor")),
-    ("div_.Scalar", |c, i| via(c, i, "div", "div.Scalar")),
-    ("div_.Tensor_mode", |c, i| via(c, i, "div", "div.Tensor_mode")),
-    ("div_.Scalar_mode", |c, i| via(c, i, "div", "div.Scalar_mode")),
-    ("clamp_", |c, i| via(c, i, "clamp", "clamp")),
-    ("clamp_.Tensor", |c, i| via(c, i, "clamp", "clamp.Tensor")),
-    ("masked_fill_.Scalar", |c, i| via(c, i, "masked_fill", "masked_fill.Scalar")),
-    ("masked_fill_.Tensor", |c, i| via(c, i, "masked_fill", "masked_fill.Tensor")),
-    ("index_put_", |c, i| via(c, i, "index_put", "index_put")),
     ("fill_.Scalar", fill_scalar),
     ("fill_.Tensor", fill_tensor),
     ("zero_", fill_scalar),
@@ -102,11 +87,14 @@ fn inplace(call: &Call, ins: &[Option<&Raw>], compute: impl FnOnce(&[Option<&Raw
     Ok(vec![s.clone()])
 }
 
-/// The in-place form of `op`'s overload `overload`, which has the same parameters.
-fn via(call: &Call, ins: &[Option<&Raw>], op: &str, overload: &str) -> Result<Vec<Raw>> {
-    let def = vocab::find(op).expect("the out-of-place op is in the table");
-    let sig = def.sigs.iter().position(|s| s.text.split('(').next() == Some(overload)).expect("the out-of-place overload is in the table");
-    let of = Call { op: def, sig, args: call.args, out_dtype: call.out_dtype, promoted: call.promoted };
+/// A derived in-place form (`add_` of `add`): its twin's kernel of the same
+/// overload (the registry's entry for such forms).
+pub fn via(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let Some(t) = call.op.twin else {
+        crate::bail!(E_UNSUPPORTED, "{}: no out-of-place twin", call.op.name());
+    };
+    let twin = &vocab::ops()[t];
+    let of = Call { op: twin, sig: call.sig, args: call.args, out_dtype: call.out_dtype, promoted: call.promoted };
     inplace(call, ins, |args| {
         let mut outs = super::run(&of, args)?;
         Ok(outs.swap_remove(0))

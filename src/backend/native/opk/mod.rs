@@ -26,10 +26,17 @@ fn registry() -> &'static Vec<Vec<Option<Kernel>>> {
     R.get_or_init(|| {
         let families = [pointwise::KERNELS, binary::KERNELS, reduce::KERNELS, shape::KERNELS, index::KERNELS, sort::KERNELS, create::KERNELS, inplace::KERNELS];
         let all: std::collections::HashMap<&str, Kernel> = families.iter().flat_map(|f| f.iter().copied()).collect();
-        vocab::ops()
-            .iter()
-            .map(|o| o.sigs.iter().map(|s| all.get(s.text.split('(').next().unwrap_or("")).copied()).collect())
-            .collect()
+        let mut r: Vec<Vec<Option<Kernel>>> =
+            vocab::ops().iter().map(|o| o.sigs.iter().map(|s| all.get(s.text.split('(').next().unwrap_or("")).copied()).collect()).collect();
+        // A derived in-place form runs its twin's kernel of the same overload, written into self.
+        for o in vocab::ops() {
+            for sig in 0..o.sigs.len() {
+                if o.twin.is_some_and(|t| r[t][sig].is_some()) && r[o.index][sig].is_none() {
+                    r[o.index][sig] = Some(inplace::via);
+                }
+            }
+        }
+        r
     })
 }
 
