@@ -1,21 +1,26 @@
 //! The backend contract as the rest of the crate sees it (`backend::imp`):
 //! each function takes `Raw` values of either backend and runs the
-//! backend that made them. Functions that create tensors take the
-//! `BackendId` to create them with. Inputs of two backends never reach
-//! here (`backend::same_backend` refuses them first), but a mix is still an
+//! backend that made them, through the contract's traits (`contract`), the
+//! same method for both. Functions that create tensors take the `BackendId`
+//! to create them with. Inputs of two backends never reach here
+//! (`backend::same_backend` refuses them first), but a mix is still an
 //! error, never a panic.
 
 // Without libtorch, the torch arms and the arguments only they read are gone.
 #![cfg_attr(not(feature = "torch"), allow(unused_variables))]
 
+use super::contract::{Autograd, Backend, Contract, Create, Data, Lm, Ops, Runtime, Train};
+use super::native::{self, Native};
 #[cfg(feature = "torch")]
-use super::torch;
-use super::{native, BackendId, Init};
+use super::torch::{self, Torch};
+use super::{BackendId, Init};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::vocab::kinds::{Binary, Reduce, Unary};
 
+// What only libtorch has (CUDA, its autocast state, c10d process groups),
+// outside the contract; `none` stands in for it without the torch feature.
 #[cfg(feature = "torch")]
 pub use super::torch::{autocast_dtype_code, autocast_get, autocast_nesting, autocast_set, cuda_device_count, gloo_layout, AutocastState, Group};
 #[cfg(not(feature = "torch"))]
@@ -30,16 +35,6 @@ pub enum Raw {
     Native(native::Raw),
 }
 
-impl Raw {
-    pub fn backend(&self) -> BackendId {
-        match self {
-            #[cfg(feature = "torch")]
-            Raw::Torch(_) => BackendId::Torch,
-            Raw::Native(_) => BackendId::Cpu,
-        }
-    }
-}
-
 pub fn unavailable() -> Error {
     torch::unavailable()
 }
@@ -48,86 +43,126 @@ fn mismatch() -> Error {
     crate::err!(E_BACKEND_MISMATCH, "inputs come from the torch and cpu backends")
 }
 
-/// `match` over one tensor's backend: `$t` is bound to its inner value.
-macro_rules! on {
-    ($x:expr, $t:ident => torch: $tb:expr, native: $nb:expr) => {
+/// A backend's place in `Raw`.
+trait Arm: Contract {
+    fn wrap(r: Self::Raw) -> Raw;
+    /// `r`'s inner tensor; `E_BACKEND_MISMATCH` when another backend made it.
+    fn of(r: &Raw) -> Result<&Self::Raw>;
+}
+
+#[cfg(feature = "torch")]
+impl Arm for Torch {
+    fn wrap(r: torch::Raw) -> Raw {
+        Raw::Torch(r)
+    }
+    fn of(r: &Raw) -> Result<&torch::Raw> {
+        match r {
+            Raw::Torch(t) => Ok(t),
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+impl Arm for Native {
+    fn wrap(r: native::Raw) -> Raw {
+        Raw::Native(r)
+    }
+    fn of(r: &Raw) -> Result<&native::Raw> {
+        match r {
+            Raw::Native(t) => Ok(t),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+/// Runs `$body` with the type `$B` set to the backend that made `$x` (a
+/// `&Raw`) and `$t` bound to its inner tensor.
+macro_rules! each {
+    ($x:expr, $B:ident, $t:ident => $body:expr) => {
         match $x {
             #[cfg(feature = "torch")]
-            Raw::Torch($t) => $tb,
-            Raw::Native($t) => $nb,
+            Raw::Torch($t) => {
+                type $B = Torch;
+                $body
+            }
+            Raw::Native($t) => {
+                type $B = Native;
+                $body
+            }
         }
     };
 }
 
-/// An op of one tensor whose result is a tensor of the same backend.
-macro_rules! unary_op {
-    ($x:expr, $t:ident => $f:ident($($a:expr),*)) => {
-        on!($x, $t => torch: torch::$f($($a),*).map(Raw::Torch), native: native::$f($($a),*).map(Raw::Native))
+/// Runs `$body` with the type `$B` set to the backend `$b` names; a backend
+/// not built in gives `$none` (by default `E_BACKEND_UNAVAILABLE`).
+macro_rules! on_id {
+    ($b:expr, $B:ident => $body:expr) => {
+        on_id!($b, $B => $body, else Err(unavailable().into()))
+    };
+    ($b:expr, $B:ident => $body:expr, else $none:expr) => {
+        match $b {
+            #[cfg(feature = "torch")]
+            BackendId::Torch => {
+                type $B = Torch;
+                $body
+            }
+            #[cfg(not(feature = "torch"))]
+            BackendId::Torch => $none,
+            BackendId::Cpu => {
+                type $B = Native;
+                $body
+            }
+        }
     };
 }
 
-/// Splits tensors into one backend's values (`None` for a mix).
-enum Many<'a> {
-    #[cfg(feature = "torch")]
-    Torch(Vec<&'a torch::Raw>),
-    Native(Vec<&'a native::Raw>),
-}
-
-fn many<'a>(ts: &[&'a Raw]) -> Result<Many<'a>> {
-    let first = ts.first().map_or(super::active(), |t| t.backend());
-    match first {
-        #[cfg(feature = "torch")]
-        BackendId::Torch => ts
-            .iter()
-            .map(|t| match t {
-                Raw::Torch(r) => Ok(r),
-                _ => Err(mismatch()),
-            })
-            .collect::<Result<_>>()
-            .map(Many::Torch),
-        #[cfg(not(feature = "torch"))]
-        BackendId::Torch => Err(unavailable()),
-        BackendId::Cpu => ts
-            .iter()
-            .map(|t| match t {
-                Raw::Native(r) => Ok(r),
-                #[allow(unreachable_patterns)]
-                _ => Err(mismatch()),
-            })
-            .collect::<Result<_>>()
-            .map(Many::Native),
+impl Raw {
+    pub fn backend(&self) -> BackendId {
+        each!(self, B, _t => B::ID)
     }
 }
 
-fn opt_many<'a>(x: &'a Raw, o: Option<&'a Raw>) -> Result<Many<'a>> {
-    let mut v = vec![x];
-    v.extend(o);
-    many(&v)
+/// The backend of a list's first tensor (the active one for an empty list).
+fn first(ts: &[&Raw]) -> BackendId {
+    ts.first().map_or(super::active(), |t| t.backend())
+}
+
+/// The inner tensors of a list that backend `B` made.
+fn all<'a, B: Arm>(ts: &[&'a Raw]) -> Result<Vec<&'a B::Raw>> {
+    ts.iter().map(|t| B::of(t)).collect()
+}
+
+fn wrap_all<B: Arm>(v: Vec<B::Raw>) -> Vec<Raw> {
+    v.into_iter().map(B::wrap).collect()
 }
 
 // ------------------------------------------------------------- process-wide
 
+// These set every built backend, so the two stay in step.
+
 pub fn set_num_threads(n: i64) {
     #[cfg(feature = "torch")]
-    torch::set_num_threads(n);
-    native::set_num_threads(n);
+    Torch::set_num_threads(n);
+    Native::set_num_threads(n);
 }
 
+/// libtorch's count when built in: it runs the ops of both.
 pub fn get_num_threads() -> Option<i64> {
     #[cfg(feature = "torch")]
-    return torch::get_num_threads();
+    return Torch::get_num_threads();
     #[cfg(not(feature = "torch"))]
-    return Some(native::get_num_threads());
+    return Native::get_num_threads();
 }
 
-/// This thread's grad mode, as `torch.set_grad_enabled`: every built
-/// backend follows it; returns the previous mode.
+/// This thread's grad mode, as `torch.set_grad_enabled`; returns the previous mode.
 pub fn set_grad_enabled(on: bool) -> bool {
     #[cfg(feature = "torch")]
-    torch::set_grad_enabled(on);
-    native::set_grad_enabled(on)
+    Torch::set_grad_enabled(on);
+    Native::set_grad_enabled(on)
 }
 
+/// The native backend keeps the mode both follow (see `set_grad_enabled`).
 pub fn is_grad_enabled() -> bool {
     native::is_grad_enabled()
 }
@@ -135,31 +170,18 @@ pub fn is_grad_enabled() -> bool {
 /// Seeds every backend's generator (the ABI promises the active one's).
 pub fn manual_seed(seed: i64) -> Result<()> {
     #[cfg(feature = "torch")]
-    torch::manual_seed(seed)?;
-    native::manual_seed(seed);
-    Ok(())
+    Torch::manual_seed(seed)?;
+    Native::manual_seed(seed)
 }
 
 // ----------------------------------------------------------------- creation
 
 pub fn fill(b: BackendId, shape: &[i64], dtype: DType, dev: Device, init: Init) -> Result<Raw> {
-    match b {
-        #[cfg(feature = "torch")]
-        BackendId::Torch => torch::fill(shape, dtype, dev, init).map(Raw::Torch),
-        BackendId::Cpu => native::fill(shape, dtype, init).map(Raw::Native),
-        #[allow(unreachable_patterns)]
-        _ => Err(unavailable()),
-    }
+    on_id!(b, B => B::fill(shape, dtype, dev, init).map(B::wrap))
 }
 
 pub fn from_bytes(b: BackendId, bytes: &[u8], shape: &[i64], dtype: DType, dev: Device) -> Result<Raw> {
-    match b {
-        #[cfg(feature = "torch")]
-        BackendId::Torch => torch::from_bytes(bytes, shape, dtype, dev).map(Raw::Torch),
-        BackendId::Cpu => native::from_bytes(bytes, shape, dtype).map(Raw::Native),
-        #[allow(unreachable_patterns)]
-        _ => Err(unavailable()),
-    }
+    on_id!(b, B => B::from_bytes(bytes, shape, dtype, dev).map(B::wrap))
 }
 
 pub fn filled_cpu<E: From<Error>>(
@@ -168,17 +190,11 @@ pub fn filled_cpu<E: From<Error>>(
     dtype: DType,
     fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
 ) -> std::result::Result<Raw, E> {
-    match b {
-        #[cfg(feature = "torch")]
-        BackendId::Torch => torch::filled_cpu(shape, dtype, fill).map(Raw::Torch),
-        BackendId::Cpu => native::filled_cpu(shape, dtype, fill).map(Raw::Native),
-        #[allow(unreachable_patterns)]
-        _ => Err(unavailable().into()),
-    }
+    on_id!(b, B => B::filled_cpu(shape, dtype, fill).map(B::wrap))
 }
 
 /// # Safety
-/// As the backends' `wrap_foreign`: `release(ctx)` runs exactly once.
+/// As `Create::wrap_foreign`: `release(ctx)` runs exactly once.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn wrap_foreign(
     b: BackendId,
@@ -190,76 +206,62 @@ pub unsafe fn wrap_foreign(
     release: unsafe extern "C" fn(*mut std::ffi::c_void),
     ctx: *mut std::ffi::c_void,
 ) -> Result<Raw> {
-    match b {
-        // SAFETY: forwarded.
-        #[cfg(feature = "torch")]
-        BackendId::Torch => unsafe { torch::wrap_foreign(data, shape, strides, dtype, dev, release, ctx) }.map(Raw::Torch),
-        // SAFETY: forwarded; the caller checked the device fits the backend.
-        BackendId::Cpu => Ok(Raw::Native(unsafe { native::wrap_foreign(data, shape, strides, dtype, release, ctx) })),
-        #[allow(unreachable_patterns)]
-        _ => {
-            // SAFETY: the caller hands `ctx` over for exactly one release.
-            unsafe { release(ctx) };
-            Err(unavailable())
-        }
-    }
+    // SAFETY: forwarded; the caller checked the device fits the backend.
+    on_id!(b, B => unsafe { B::wrap_foreign(data, shape, strides, dtype, dev, release, ctx) }.map(B::wrap), else {
+        // SAFETY: the caller hands `ctx` over for exactly one release.
+        unsafe { release(ctx) };
+        Err(unavailable())
+    })
 }
 
 /// # Safety
-/// As the backends' `copy_foreign`.
+/// As `Create::copy_foreign`.
 pub unsafe fn copy_foreign(b: BackendId, data: *mut std::ffi::c_void, shape: &[i64], strides: &[i64], dtype: DType, dev: Device) -> Result<Raw> {
-    match b {
-        // SAFETY: forwarded.
-        #[cfg(feature = "torch")]
-        BackendId::Torch => unsafe { torch::copy_foreign(data, shape, strides, dtype, dev) }.map(Raw::Torch),
-        // SAFETY: forwarded.
-        BackendId::Cpu => unsafe { native::copy_foreign(data, shape, strides, dtype) }.map(Raw::Native),
-        #[allow(unreachable_patterns)]
-        _ => Err(unavailable()),
-    }
+    // SAFETY: forwarded.
+    on_id!(b, B => unsafe { B::copy_foreign(data, shape, strides, dtype, dev) }.map(B::wrap))
 }
 
 pub fn zeros_like(t: &Raw) -> Result<Raw> {
-    unary_op!(t, t => zeros_like(t))
+    each!(t, B, t => B::zeros_like(t).map(B::wrap))
 }
 
 pub fn shallow(t: &Raw) -> Raw {
-    on!(t, t => torch: Raw::Torch(torch::shallow(t)), native: Raw::Native(native::shallow(t)))
+    each!(t, B, t => B::wrap(B::shallow(t)))
 }
 
 // --------------------------------------------------------------------- data
 
 pub fn shape(t: &Raw) -> Vec<i64> {
-    on!(t, t => torch: torch::shape(t), native: native::shape(t))
+    each!(t, B, t => B::shape(t))
 }
 
-/// `shape`, kept off the heap for up to 8 dims (the native backend's shape is not copied to a `Vec`).
+/// `shape`, kept off the heap for up to 8 dims.
 pub fn dims(t: &Raw) -> smallvec::SmallVec<[i64; 8]> {
-    on!(t, t => torch: torch::shape(t).into(), native: t.shape().into())
+    each!(t, B, t => B::dims(t))
 }
 
 pub fn dtype(t: &Raw) -> Result<DType> {
-    on!(t, t => torch: torch::dtype(t), native: Ok(native::dtype(t)))
+    each!(t, B, t => B::dtype(t))
 }
 
 pub fn device(t: &Raw) -> Device {
-    on!(t, t => torch: torch::device(t), native: native::device(t))
+    each!(t, B, t => B::device(t))
 }
 
 pub fn item(t: &Raw) -> Result<f64> {
-    on!(t, t => torch: torch::item(t), native: Ok(native::item(t)))
+    each!(t, B, t => B::item(t))
 }
 
 pub fn scalar_value(t: &Raw) -> Result<f64> {
-    on!(t, t => torch: torch::scalar_value(t), native: Ok(native::item(t)))
+    each!(t, B, t => B::scalar_value(t))
 }
 
 pub fn copy_to(t: &Raw, dst: &mut [u8]) -> Result<()> {
-    on!(t, t => torch: torch::copy_to(t, dst), native: native::copy_to(t, dst))
+    each!(t, B, t => B::copy_to(t, dst))
 }
 
 pub fn with_bytes<R>(t: &Raw, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
-    on!(t, t => torch: torch::with_bytes(t, f), native: native::with_bytes(t, f))
+    each!(t, B, t => B::with_bytes(t, f))
 }
 
 /// A contiguous CPU copy of `t` made by backend `b` (no autograd history).
@@ -269,202 +271,139 @@ pub fn copy_to_backend(t: &Raw, b: BackendId) -> Result<Raw> {
 }
 
 pub fn export_view(t: &Raw) -> Result<super::ExportView<Raw>> {
-    fn wrap<R>(v: super::ExportView<R>, keep: Raw) -> super::ExportView<Raw> {
-        super::ExportView { data: v.data, shape: v.shape, strides: v.strides, device: v.device, keep }
-    }
-    on!(t, t => torch: torch::export_view(t).map(|v| { let k = Raw::Torch(torch::shallow(&v.keep)); wrap(v, k) }),
-                native: native::export_view(t).map(|v| { let k = Raw::Native(v.keep.clone()); wrap(v, k) }))
+    each!(t, B, t => B::export_view(t).map(|v| super::ExportView {
+        data: v.data,
+        shape: v.shape,
+        strides: v.strides,
+        device: v.device,
+        keep: B::wrap(v.keep),
+    }))
 }
 
 // ---------------------------------------------------------------------- ops
 
 pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
-    match (a, b) {
-        #[cfg(feature = "torch")]
-        (Raw::Torch(a), Raw::Torch(b)) => torch::matmul(a, b).map(Raw::Torch),
-        (Raw::Native(a), Raw::Native(b)) => native::matmul(a, b).map(Raw::Native),
-        #[allow(unreachable_patterns)]
-        _ => Err(mismatch()),
-    }
+    each!(a, B, a => B::matmul(a, B::of(b)?).map(B::wrap))
 }
 
 pub fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
-    match (a, b) {
-        #[cfg(feature = "torch")]
-        (Raw::Torch(a), Raw::Torch(b)) => torch::binary(op, a, b).map(Raw::Torch),
-        (Raw::Native(a), Raw::Native(b)) => native::binary(op, a, b).map(Raw::Native),
-        #[allow(unreachable_patterns)]
-        _ => Err(mismatch()),
-    }
+    each!(a, B, a => B::binary(op, a, B::of(b)?).map(B::wrap))
 }
 
 pub fn unary(op: Unary, x: &Raw) -> Result<Raw> {
-    unary_op!(x, x => unary(op, x))
+    each!(x, B, x => B::unary(op, x).map(B::wrap))
 }
 
 pub fn reshape(x: &Raw, s: &[i64]) -> Result<Raw> {
-    unary_op!(x, x => reshape(x, s))
+    each!(x, B, x => B::reshape(x, s).map(B::wrap))
 }
 
 pub fn view(x: &Raw, s: &[i64]) -> Result<Raw> {
-    unary_op!(x, x => view(x, s))
+    each!(x, B, x => B::view(x, s).map(B::wrap))
 }
 
 pub fn transpose(x: &Raw, a: i64, b: i64) -> Result<Raw> {
-    unary_op!(x, x => transpose(x, a, b))
+    each!(x, B, x => B::transpose(x, a, b).map(B::wrap))
 }
 
 pub fn slice(x: &Raw, d: i64, a: i64, b: i64, c: i64) -> Result<Raw> {
-    unary_op!(x, x => slice(x, d, a, b, c))
+    each!(x, B, x => B::slice(x, d, a, b, c).map(B::wrap))
 }
 
 pub fn reduce(op: Reduce, x: &Raw, d: Option<i64>, k: bool) -> Result<Raw> {
-    unary_op!(x, x => reduce(op, x, d, k))
+    each!(x, B, x => B::reduce(op, x, d, k).map(B::wrap))
 }
 
 pub fn softmax(x: &Raw, d: i64) -> Result<Raw> {
-    unary_op!(x, x => softmax(x, d))
+    each!(x, B, x => B::softmax(x, d).map(B::wrap))
 }
 
 pub fn dropout(x: &Raw, p: f64, t: bool) -> Result<Raw> {
-    unary_op!(x, x => dropout(x, p, t))
+    each!(x, B, x => B::dropout(x, p, t).map(B::wrap))
 }
 
 pub fn to_device(x: &Raw, d: Device) -> Result<Raw> {
-    unary_op!(x, x => to_device(x, d))
+    each!(x, B, x => B::to_device(x, d).map(B::wrap))
 }
 
 pub fn to_dtype(x: &Raw, d: DType) -> Result<Raw> {
-    unary_op!(x, x => to_dtype(x, d))
+    each!(x, B, x => B::to_dtype(x, d).map(B::wrap))
 }
 
 pub fn min_max(x: &Raw) -> Result<(f64, f64)> {
-    on!(x, x => torch: torch::min_max(x), native: native::min_max(x))
+    each!(x, B, x => B::min_max(x))
 }
 
 pub fn concat(ts: &[&Raw], d: i64) -> Result<Raw> {
-    match many(ts)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::concat(&v, d).map(Raw::Torch),
-        Many::Native(v) => native::concat(&v, d).map(Raw::Native),
-    }
+    on_id!(first(ts), B => B::concat(&all::<B>(ts)?, d).map(B::wrap))
 }
 
 pub fn masked_softmax(x: &Raw, m: &Raw, d: i64, t: Option<i64>) -> Result<Raw> {
-    match many(&[x, m])? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::masked_softmax(v[0], v[1], d, t).map(Raw::Torch),
-        Many::Native(v) => native::masked_softmax(v[0], v[1], d, t).map(Raw::Native),
-    }
+    each!(x, B, x => B::masked_softmax(x, B::of(m)?, d, t).map(B::wrap))
 }
 
 pub fn masked_softmax_backward(g: &Raw, o: &Raw, m: &Raw, d: i64) -> Result<Raw> {
-    match many(&[g, o, m])? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::masked_softmax_backward(v[0], v[1], v[2], d).map(Raw::Torch),
-        Many::Native(v) => native::masked_softmax_backward(v[0], v[1], v[2], d).map(Raw::Native),
-    }
+    each!(g, B, g => B::masked_softmax_backward(g, B::of(o)?, B::of(m)?, d).map(B::wrap))
 }
 
 pub fn layernorm(x: &Raw, w: &Raw, b: Option<&Raw>, e: f64) -> Result<Raw> {
-    match opt_many(w, b)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::layernorm(as_torch(x)?, v[0], v.get(1).copied(), e).map(Raw::Torch),
-        Many::Native(v) => native::layernorm(as_native(x)?, v[0], v.get(1).copied(), e).map(Raw::Native),
-    }
+    each!(x, B, x => B::layernorm(x, B::of(w)?, b.map(B::of).transpose()?, e).map(B::wrap))
 }
 
 pub fn layernorm_backward(x: &Raw, w: &Raw, b: Option<&Raw>, e: f64, g: &Raw) -> Result<Vec<Raw>> {
-    match opt_many(w, b)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::layernorm_backward(as_torch(x)?, v[0], v.get(1).copied(), e, as_torch(g)?)
-            .map(|v| v.into_iter().map(Raw::Torch).collect()),
-        Many::Native(v) => native::layernorm_backward(as_native(x)?, v[0], v.get(1).copied(), e, as_native(g)?)
-            .map(|v| v.into_iter().map(Raw::Native).collect()),
-    }
+    each!(x, B, x => B::layernorm_backward(x, B::of(w)?, b.map(B::of).transpose()?, e, B::of(g)?).map(wrap_all::<B>))
 }
 
 pub fn embedding(w: &Raw, i: &Raw) -> Result<Raw> {
-    match many(&[w, i])? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::embedding(v[0], v[1]).map(Raw::Torch),
-        Many::Native(v) => native::embedding(v[0], v[1]).map(Raw::Native),
-    }
+    each!(w, B, w => B::embedding(w, B::of(i)?).map(B::wrap))
 }
 
 pub fn linear(x: &Raw, w: &Raw, b: Option<&Raw>) -> Result<Raw> {
-    match opt_many(w, b)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::linear(as_torch(x)?, v[0], v.get(1).copied()).map(Raw::Torch),
-        Many::Native(v) => native::linear(as_native(x)?, v[0], v.get(1).copied()).map(Raw::Native),
-    }
+    each!(x, B, x => B::linear(x, B::of(w)?, b.map(B::of).transpose()?).map(B::wrap))
 }
 
 pub fn cross_entropy(l: &Raw, t: &Raw) -> Result<Raw> {
-    match many(&[l, t])? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::cross_entropy(v[0], v[1]).map(Raw::Torch),
-        Many::Native(v) => native::cross_entropy(v[0], v[1]).map(Raw::Native),
-    }
-}
-
-#[cfg(feature = "torch")]
-fn as_torch(x: &Raw) -> Result<&torch::Raw> {
-    match x {
-        Raw::Torch(t) => Ok(t),
-        _ => Err(mismatch()),
-    }
-}
-
-fn as_native(x: &Raw) -> Result<&native::Raw> {
-    match x {
-        Raw::Native(t) => Ok(t),
-        #[allow(unreachable_patterns)]
-        _ => Err(mismatch()),
-    }
+    each!(l, B, l => B::cross_entropy(l, B::of(t)?).map(B::wrap))
 }
 
 // ----------------------------------------------------------------- autograd
 
 pub fn set_requires_grad(x: &Raw) -> Result<()> {
-    on!(x, x => torch: torch::set_requires_grad(x), native: native::set_requires_grad(x))
+    each!(x, B, x => B::set_requires_grad(x))
 }
 
 pub fn requires_grad(t: &Raw) -> bool {
-    on!(t, t => torch: torch::requires_grad(t), native: native::requires_grad(t))
+    each!(t, B, t => B::requires_grad(t))
 }
 
 pub fn backward(x: &Raw) -> Result<()> {
-    on!(x, x => torch: torch::backward(x), native: native::backward(x))
+    each!(x, B, x => B::backward(x))
 }
 
 pub fn grad(x: &Raw) -> Result<Option<Raw>> {
-    on!(x, x => torch: Ok(torch::grad(x)?.map(Raw::Torch)), native: Ok(native::grad(x).map(Raw::Native)))
+    each!(x, B, x => Ok(B::grad(x)?.map(B::wrap)))
 }
 
 pub fn zero_grad(x: &Raw) -> Result<()> {
-    on!(x, x => torch: torch::zero_grad(x), native: { native::zero_grad(x); Ok(()) })
+    each!(x, B, x => B::zero_grad(x))
 }
 
 pub fn all_finite(x: &Raw) -> Result<bool> {
-    on!(x, x => torch: torch::all_finite(x), native: native::all_finite(x))
+    each!(x, B, x => B::all_finite(x))
 }
 
 pub fn scale_(x: &Raw, s: f64) -> Result<()> {
-    on!(x, x => torch: torch::scale_(x, s), native: native::scale_(x, s))
+    each!(x, B, x => B::scale_(x, s))
 }
 
 pub fn clip_grad_norm(gs: &[&Raw], m: f64, n: f64) -> Result<f64> {
-    match many(gs)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::clip_grad_norm(&v, m, n),
-        Many::Native(v) => native::clip_grad_norm(&v, m, n),
-    }
+    on_id!(first(gs), B => B::clip_grad_norm(&all::<B>(gs)?, m, n))
 }
 
 // ----------------------------------------------------------- training state
 
 /// The native backend's CPU autocast dtype on this thread (`None`: off).
+/// Autocast is backend-specific (libtorch's is `autocast_get`/`autocast_set`).
 pub fn native_autocast() -> Option<DType> {
     native::autocast::get()
 }
@@ -474,96 +413,51 @@ pub fn set_native_autocast(dt: Option<DType>) {
 }
 
 pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::vocab::optim::AdamwStep) -> Result<()> {
-    match many(&[p, g, m, v])? {
-        #[cfg(feature = "torch")]
-        Many::Torch(t) => torch::adamw_step(t[0], t[1], t[2], t[3], c),
-        Many::Native(t) => native::adamw_step(t[0], t[1], t[2], t[3], c),
-    }
+    each!(p, B, p => B::adamw_step(p, B::of(g)?, B::of(m)?, B::of(v)?, c))
 }
 
 /// A backend's GradScaler state on `d`: the float32 scale `s` and the int32 growth tracker `t`, both 0-dim.
 pub fn scaler_state(b: BackendId, s: f64, t: i64, d: Device) -> Result<(Raw, Raw)> {
-    match b {
-        #[cfg(feature = "torch")]
-        BackendId::Torch => torch::scaler_state(s, t, d).map(|(a, b)| (Raw::Torch(a), Raw::Torch(b))),
-        BackendId::Cpu => native::scaler_state(s, t).map(|(a, b)| (Raw::Native(a), Raw::Native(b))),
-        #[allow(unreachable_patterns)]
-        _ => Err(unavailable()),
-    }
+    on_id!(b, B => B::scaler_state(s, t, d).map(|(s, t)| (B::wrap(s), B::wrap(t))))
 }
 
 pub fn scale_by(l: &Raw, s: &Raw) -> Result<Raw> {
-    match many(&[l, s])? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::scale_by(v[0], v[1]).map(Raw::Torch),
-        Many::Native(v) => native::binary(Binary::Mul, v[0], v[1]).map(Raw::Native),
-    }
+    each!(l, B, l => B::scale_by(l, B::of(s)?).map(B::wrap))
 }
 
 pub fn unscale(gs: &[&Raw], s: &Raw) -> Result<bool> {
-    let mut all = gs.to_vec();
-    all.push(s);
-    match many(&all)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::unscale(&v[..v.len() - 1], v[v.len() - 1]),
-        Many::Native(v) => native::unscale(&v[..v.len() - 1], v[v.len() - 1]),
-    }
+    each!(gs.first().copied().unwrap_or(s), B, _t => B::unscale(&all::<B>(gs)?, B::of(s)?))
 }
 
 pub fn update_scale(s: &Raw, t: &Raw, f: bool, g: f64, b: f64, i: i64) -> Result<()> {
-    match many(&[s, t])? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::update_scale(v[0], v[1], f, g, b, i),
-        Many::Native(v) => native::update_scale(v[0], v[1], f, g, b, i),
-    }
+    each!(s, B, s => B::update_scale(s, B::of(t)?, f, g, b, i))
 }
 
 pub fn lm_init(b: BackendId, l: &[(Vec<i64>, crate::vocab::gpt::Init)], d: Device, s: i64) -> Result<Vec<Raw>> {
-    match b {
-        #[cfg(feature = "torch")]
-        BackendId::Torch => Ok(torch::lm_init(l, d, s)?.into_iter().map(Raw::Torch).collect()),
-        BackendId::Cpu => Ok(native::lm_init(l, s)?.into_iter().map(Raw::Native).collect()),
-        #[allow(unreachable_patterns)]
-        _ => Err(unavailable()),
-    }
+    on_id!(b, B => B::lm_init(l, d, s).map(wrap_all::<B>))
 }
 
 pub fn lm_forward(p: &[&Raw], s: &crate::vocab::gpt::LmSpec, i: &Raw, t: &Raw, tr: bool) -> Result<Raw> {
-    let mut all = p.to_vec();
-    all.extend([i, t]);
-    match many(&all)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::lm_forward(&v[..p.len()], s, v[p.len()], v[p.len() + 1], tr).map(Raw::Torch),
-        Many::Native(v) => native::lm_forward(&v[..p.len()], s, v[p.len()], v[p.len() + 1], tr).map(Raw::Native),
-    }
+    each!(i, B, i => B::lm_forward(&all::<B>(p)?, s, i, B::of(t)?, tr).map(B::wrap))
 }
 
 pub fn lm_logits(p: &[&Raw], s: &crate::vocab::gpt::LmSpec, i: &Raw) -> Result<Raw> {
-    let mut all = p.to_vec();
-    all.push(i);
-    match many(&all)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::lm_logits(&v[..p.len()], s, v[p.len()]).map(Raw::Torch),
-        Many::Native(v) => native::lm_logits(&v[..p.len()], s, v[p.len()]).map(Raw::Native),
-    }
+    each!(i, B, i => B::lm_logits(&all::<B>(p)?, s, i).map(B::wrap))
 }
 
 /// The generator state of backend `b` as a uint8 tensor.
 pub fn rng_state(b: BackendId) -> Result<Raw> {
-    match b {
-        #[cfg(feature = "torch")]
-        BackendId::Torch => torch::rng_state().map(Raw::Torch),
-        BackendId::Cpu => native::rng_state().map(Raw::Native),
-        #[allow(unreachable_patterns)]
-        _ => Err(unavailable()),
-    }
+    on_id!(b, B => B::rng_state().map(B::wrap))
 }
 
 pub fn set_rng_state(s: &Raw) -> Result<()> {
-    on!(s, s => torch: torch::set_rng_state(s), native: native::set_rng_state(s))
+    each!(s, B, s => B::set_rng_state(s))
 }
 
 // ----------------------------------------------------------- process groups
+
+// Process groups are libtorch's c10d alone: outside the contract. Native
+// tensors take part through libtorch views of their memory.
 
 pub fn dist_group(p: &crate::vocab::dist::Plan) -> Result<Group> {
     torch::dist_group(p)
@@ -578,57 +472,64 @@ pub fn dist_backend() -> BackendId {
     }
 }
 
-/// libtorch tensors over native tensors' memory (no copy), so that c10d's
-/// Gloo process group reduces and broadcasts them in place. The views
-/// release nothing: the native tensors stay alive (borrowed) for the whole
-/// collective, which completes before the shim returns.
+/// Runs `f` on libtorch tensors for `ts`: themselves, or, for native ones,
+/// views over their memory (no copy), so that c10d's Gloo process group
+/// reduces and broadcasts them in place. The views release nothing: the
+/// native tensors stay alive (borrowed) for the whole collective, which
+/// completes before the shim returns.
 #[cfg(feature = "torch")]
-fn torch_views(ts: &[&native::Raw]) -> Result<Vec<torch::Raw>> {
+fn with_torch<R>(ts: &[&Raw], f: impl FnOnce(&[&torch::Raw]) -> Result<R>) -> Result<R> {
     unsafe extern "C" fn borrowed(_: *mut std::ffi::c_void) {}
-    ts.iter()
-        .map(|t| {
-            let v = native::memory_view(t);
-            // SAFETY: the memory spans the view and outlives the collective (see above).
-            unsafe { torch::wrap_foreign(v.data, &v.shape, &v.strides, native::dtype(t), Device::Cpu, borrowed, std::ptr::null_mut()) }
-        })
-        .collect()
+    match first(ts) {
+        BackendId::Torch => f(&all::<Torch>(ts)?),
+        BackendId::Cpu => {
+            let views = all::<Native>(ts)?
+                .into_iter()
+                .map(|t| {
+                    let v = native::memory_view(t);
+                    // SAFETY: the memory spans the view and outlives the collective (see above).
+                    unsafe { Torch::wrap_foreign(v.data, &v.shape, &v.strides, t.dtype(), Device::Cpu, borrowed, std::ptr::null_mut()) }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            f(&views.iter().collect::<Vec<_>>())
+        }
+    }
 }
 
+#[cfg(feature = "torch")]
 pub fn dist_allreduce(g: &Group, ts: &[&Raw], op: i32, prescale: f64) -> Result<()> {
-    match many(ts)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::dist_allreduce(g, &v, op, prescale),
-        #[cfg(feature = "torch")]
-        Many::Native(v) => torch::dist_allreduce(g, &torch_views(&v)?.iter().collect::<Vec<_>>(), op, prescale),
-        #[cfg(not(feature = "torch"))]
-        Many::Native(_) => match *g {},
-    }
+    with_torch(ts, |v| torch::dist_allreduce(g, v, op, prescale))
 }
 
+#[cfg(feature = "torch")]
 pub fn dist_broadcast(g: &Group, ts: &[&Raw], root: i64) -> Result<()> {
-    match many(ts)? {
-        #[cfg(feature = "torch")]
-        Many::Torch(v) => torch::dist_broadcast(g, &v, root),
-        #[cfg(feature = "torch")]
-        Many::Native(v) => torch::dist_broadcast(g, &torch_views(&v)?.iter().collect::<Vec<_>>(), root),
-        #[cfg(not(feature = "torch"))]
-        Many::Native(_) => match *g {},
-    }
+    with_torch(ts, |v| torch::dist_broadcast(g, v, root))
 }
 
 /// `[world, *shape]`, made by the backend of `t`.
+#[cfg(feature = "torch")]
 pub fn dist_allgather(g: &Group, t: &Raw, world: i64) -> Result<Raw> {
+    let all = Raw::Torch(with_torch(&[t], |v| torch::dist_allgather(g, v[0], world))?);
     match t {
-        #[cfg(feature = "torch")]
-        Raw::Torch(t) => torch::dist_allgather(g, t, world).map(Raw::Torch),
-        #[cfg(feature = "torch")]
-        Raw::Native(n) => {
-            let all = Raw::Torch(torch::dist_allgather(g, &torch_views(&[n])?[0], world)?);
-            copy_to_backend(&all, BackendId::Cpu)
-        }
-        #[cfg(not(feature = "torch"))]
-        Raw::Native(_) => match *g {},
+        Raw::Torch(_) => Ok(all),
+        Raw::Native(_) => copy_to_backend(&all, BackendId::Cpu),
     }
+}
+
+// No group exists without libtorch (`Group` is uninhabited).
+#[cfg(not(feature = "torch"))]
+pub fn dist_allreduce(g: &Group, _: &[&Raw], _: i32, _: f64) -> Result<()> {
+    match *g {}
+}
+
+#[cfg(not(feature = "torch"))]
+pub fn dist_broadcast(g: &Group, _: &[&Raw], _: i64) -> Result<()> {
+    match *g {}
+}
+
+#[cfg(not(feature = "torch"))]
+pub fn dist_allgather(g: &Group, _: &Raw, _: i64) -> Result<Raw> {
+    match *g {}
 }
 
 pub fn dist_barrier(g: &Group) -> Result<()> {
@@ -637,11 +538,7 @@ pub fn dist_barrier(g: &Group) -> Result<()> {
 
 /// `t` with a leading dim of 1: an all-gather over a world of one.
 pub fn dist_stack_one(t: &Raw) -> Result<Raw> {
-    on!(t, t => torch: torch::dist_stack_one(t).map(Raw::Torch), native: {
-        let mut s = native::shape(t);
-        s.insert(0, 1);
-        native::reshape(t, &s).map(Raw::Native)
-    })
+    each!(t, B, t => B::stack_one(t).map(B::wrap))
 }
 
 // ------------------------------------------------------------ the op table
@@ -652,30 +549,8 @@ pub type Outs = smallvec::SmallVec<[Raw; 2]>;
 /// Runs a checked call of the op table (`crate::opcall`) on backend `b`.
 pub fn op(b: BackendId, call: &crate::vocab::Call, inputs: &[Option<&Raw>]) -> Result<Outs> {
     type Ins<'a, T> = smallvec::SmallVec<[Option<&'a T>; 8]>;
-    match b {
-        #[cfg(feature = "torch")]
-        BackendId::Torch => {
-            if inputs.iter().flatten().any(|t| !matches!(t, Raw::Torch(_))) {
-                return Err(mismatch());
-            }
-            let ins: Ins<_> = inputs.iter().map(|t| t.map(|t| match t { Raw::Torch(r) => r, _ => unreachable!("checked above") })).collect();
-            torch::opcall::run(call, &ins, Raw::Torch)
-        }
-        BackendId::Cpu => {
-            let ins = inputs
-                .iter()
-                .map(|t| {
-                    t.map(|t| match t {
-                        Raw::Native(r) => Ok(r),
-                        #[allow(unreachable_patterns)]
-                        _ => Err(mismatch()),
-                    })
-                    .transpose()
-                })
-                .collect::<Result<Ins<_>>>()?;
-            native::opk::run(call, &ins).map(|v| v.into_iter().map(Raw::Native).collect())
-        }
-        #[allow(unreachable_patterns)]
-        _ => Err(unavailable()),
-    }
+    on_id!(b, B => {
+        let ins = inputs.iter().map(|t| t.map(B::of).transpose()).collect::<Result<Ins<_>>>()?;
+        B::op(call, &ins, B::wrap)
+    })
 }

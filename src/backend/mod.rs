@@ -1,13 +1,15 @@
 //! The compute backends behind the ABI: libtorch (`torch/`, the only code
 //! naming `tch`, absent without the `torch` feature) and the native Rust CPU
-//! backend (`native/`, always built). Everything else talks to them through
-//! `imp` (`dispatch.rs`), whose `Raw` is a tensor of either.
+//! backend (`native/`, always built). Both implement the traits of
+//! `contract`; everything else talks to them through `imp` (`dispatch.rs`),
+//! whose `Raw` is a tensor of either.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::device::Device;
 use crate::error::Result;
 
+pub mod contract;
 pub mod dispatch;
 pub mod native;
 #[cfg(not(feature = "torch"))]

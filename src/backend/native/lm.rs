@@ -30,9 +30,9 @@ pub fn lm_init(layout: &[(Vec<i64>, Init)], seed: i64) -> Result<Vec<Raw>> {
     Ok(ts)
 }
 
-struct Native;
+struct Gpt;
 
-impl GptOps for Native {
+impl GptOps for Gpt {
     type T = Raw;
     fn shape(&self, x: &Raw) -> Vec<i64> {
         x.shape().to_vec()
@@ -100,10 +100,10 @@ impl GptOps for Native {
 
 /// Mean cross-entropy of the logits against `targets`.
 pub fn lm_forward(params: &[&Raw], spec: &LmSpec, ids: &Raw, targets: &Raw, training: bool) -> Result<Raw> {
-    gpt_loss(&Native, params, spec, ids, targets, training)
+    gpt_loss(&Gpt, params, spec, ids, targets, training)
 }
 
 /// Logits `[batch, seq, vocab]`.
 pub fn lm_logits(params: &[&Raw], spec: &LmSpec, ids: &Raw) -> Result<Raw> {
-    gpt_logits(&Native, params, spec, ids, false)
+    gpt_logits(&Gpt, params, spec, ids, false)
 }

@@ -2,7 +2,8 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::{kind, tdevice, torch_err, Raw};
+use super::{kind, tdevice, torch_err, Raw, Torch};
+use crate::backend::contract::{Create, Runtime};
 use crate::backend::Init;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -12,74 +13,122 @@ pub fn cuda_device_count() -> i64 {
     tch::Cuda::device_count()
 }
 
-pub fn set_num_threads(n: i64) {
-    tch::set_num_threads(n as i32);
+impl Runtime for Torch {
+    fn set_num_threads(n: i64) {
+        tch::set_num_threads(n as i32);
+    }
+
+    fn set_grad_enabled(on: bool) -> bool {
+        // SAFETY: a plain call into libtorch's C wrapper; it sets a thread-local
+        // flag and returns the previous one (-1 had libtorch thrown).
+        unsafe { torch_sys::at_grad_set_enabled(i32::from(on)) == 1 }
+    }
+
+    fn get_num_threads() -> Option<i64> {
+        Some(i64::from(tch::get_num_threads()))
+    }
+
+    fn manual_seed(seed: i64) -> Result<()> {
+        tch::manual_seed(seed);
+        Ok(())
+    }
 }
 
-/// libtorch's thread-local grad mode (`torch.set_grad_enabled`).
-pub fn set_grad_enabled(on: bool) {
-    // SAFETY: a plain call into libtorch's C wrapper; it sets a thread-local flag.
-    unsafe { torch_sys::at_grad_set_enabled(i32::from(on)) };
-}
+impl Create for Torch {
+    fn fill(shape: &[i64], dtype: DType, dev: Device, init: Init) -> Result<Raw> {
+        let opts = (kind(dtype), tdevice(dev));
+        let t = match init {
+            Init::Zeros if dev == Device::Cpu => {
+                let d = scalar_type(dtype);
+                // SAFETY: `shape` is valid for its length; a valid out-pointer.
+                return super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_zeros_cpu(shape.as_ptr(), shape.len(), d, out) })
+                    .map(Raw);
+            }
+            Init::Randn => tch::Tensor::f_randn(shape, opts),
+            Init::Zeros => tch::Tensor::f_zeros(shape, opts),
+            Init::Ones => tch::Tensor::f_ones(shape, opts),
+            Init::Full(v) => return full(shape, v, opts).map(Raw),
+        };
+        t.map(Raw).map_err(torch_err)
+    }
 
-pub fn get_num_threads() -> Option<i64> {
-    Some(i64::from(tch::get_num_threads()))
-}
+    fn from_bytes(bytes: &[u8], shape: &[i64], dtype: DType, dev: Device) -> Result<Raw> {
+        let t = tch::Tensor::f_from_data_size(bytes, shape, kind(dtype)).map_err(torch_err)?;
+        let t = match dev {
+            Device::Cpu => t,
+            _ => t.f_to_device(tdevice(dev)).map_err(torch_err)?,
+        };
+        Ok(Raw(t))
+    }
 
-pub fn manual_seed(seed: i64) -> Result<()> {
-    tch::manual_seed(seed);
-    Ok(())
-}
-
-pub fn fill(shape: &[i64], dtype: DType, dev: Device, init: Init) -> Result<Raw> {
-    let opts = (kind(dtype), tdevice(dev));
-    let t = match init {
-        Init::Zeros if dev == Device::Cpu => {
-            let d = scalar_type(dtype);
-            // SAFETY: `shape` is valid for its length; a valid out-pointer.
-            return super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_zeros_cpu(shape.as_ptr(), shape.len(), d, out) })
-                .map(Raw);
+    fn filled_cpu<E: From<Error>>(
+        shape: &[i64],
+        dtype: DType,
+        fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Raw, E> {
+        let t = tch::Tensor::f_empty(shape, (kind(dtype), tch::Device::Cpu)).map_err(torch_err)?;
+        let n = t.numel() * dtype.size();
+        if n == 0 {
+            return fill(&mut []).map(|_| Raw(t));
         }
-        Init::Randn => tch::Tensor::f_randn(shape, opts),
-        Init::Zeros => tch::Tensor::f_zeros(shape, opts),
-        Init::Ones => tch::Tensor::f_ones(shape, opts),
-        Init::Full(v) => return full(shape, v, opts).map(Raw),
-    };
-    t.map(Raw).map_err(torch_err)
+        // SAFETY: a fresh contiguous CPU tensor of `n` bytes that nothing else
+        // references yet; the slice does not outlive this call.
+        fill(unsafe { std::slice::from_raw_parts_mut(t.data_ptr().cast::<u8>(), n) })?;
+        Ok(Raw(t))
+    }
+
+    unsafe fn wrap_foreign(
+        data: *mut c_void,
+        shape: &[i64],
+        strides: &[i64],
+        dtype: DType,
+        dev: Device,
+        release: unsafe extern "C" fn(*mut c_void),
+        ctx: *mut c_void,
+    ) -> Result<Raw> {
+        let (device, index) = match dev {
+            Device::Cpu => (0, -1),
+            Device::Cuda(n) => (1, n as c_int),
+        };
+        // SAFETY: the caller's contract; `shape` and `strides` have equal lengths;
+        // the shim copies them and catches every C++ exception.
+        super::shim_tensor(Code::E_TORCH, |out| unsafe {
+            enkai_shim_from_blob(
+                data,
+                shape.as_ptr(),
+                strides.as_ptr(),
+                shape.len(),
+                scalar_type(dtype),
+                device,
+                index,
+                release,
+                ctx,
+                out,
+            )
+        })
+        .map(Raw)
+    }
+
+    unsafe fn copy_foreign(data: *mut c_void, shape: &[i64], strides: &[i64], dtype: DType, dev: Device) -> Result<Raw> {
+        // SAFETY: the view lives only for the copy below.
+        let view = unsafe { Self::wrap_foreign(data, shape, strides, dtype, dev, keep, std::ptr::null_mut())? };
+        let mut copy = view.0.f_empty_like().map_err(torch_err)?;
+        copy.f_copy_(&view.0).map_err(torch_err)?;
+        Ok(Raw(copy))
+    }
+
+    fn zeros_like(t: &Raw) -> Result<Raw> {
+        t.0.f_zeros_like().map(Raw).map_err(torch_err)
+    }
+
+    fn shallow(t: &Raw) -> Raw {
+        Raw(t.0.shallow_clone())
+    }
 }
 
 /// `torch.full`; an allocation failure is an error (see `scalar_op`).
 pub fn full(shape: &[i64], v: f64, opts: (tch::Kind, tch::Device)) -> Result<tch::Tensor> {
     super::scalar_op(|| tch::Tensor::f_full(shape, v, opts))
-}
-
-/// Copies `bytes` (already checked to be numel × itemsize) into a new tensor on `dev`.
-pub fn from_bytes(bytes: &[u8], shape: &[i64], dtype: DType, dev: Device) -> Result<Raw> {
-    let t = tch::Tensor::f_from_data_size(bytes, shape, kind(dtype)).map_err(torch_err)?;
-    let t = match dev {
-        Device::Cpu => t,
-        _ => t.f_to_device(tdevice(dev)).map_err(torch_err)?,
-    };
-    Ok(Raw(t))
-}
-
-/// A new CPU tensor whose elements are written by `fill` (given exactly
-/// numel × itemsize bytes) before anyone else sees it: checkpoint loads read
-/// files straight into tensor storage. Errors of `fill` come back as they are.
-pub fn filled_cpu<E: From<Error>>(
-    shape: &[i64],
-    dtype: DType,
-    fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
-) -> std::result::Result<Raw, E> {
-    let t = tch::Tensor::f_empty(shape, (kind(dtype), tch::Device::Cpu)).map_err(torch_err)?;
-    let n = t.numel() * dtype.size();
-    if n == 0 {
-        return fill(&mut []).map(|_| Raw(t));
-    }
-    // SAFETY: a fresh contiguous CPU tensor of `n` bytes that nothing else
-    // references yet; the slice does not outlive this call.
-    fill(unsafe { std::slice::from_raw_parts_mut(t.data_ptr().cast::<u8>(), n) })?;
-    Ok(Raw(t))
 }
 
 extern "C" {
@@ -114,54 +163,4 @@ pub(super) fn scalar_type(d: DType) -> c_int {
     }
 }
 
-/// A tensor over foreign memory, without a copy. `release(ctx)` runs exactly
-/// once: when the storage dies, or before this returns an error.
-///
-/// # Safety
-/// `data` is valid for the extent of `shape`/`strides` in `dtype` on `dev`
-/// until `release(ctx)` runs.
-pub unsafe fn wrap_foreign(
-    data: *mut c_void,
-    shape: &[i64],
-    strides: &[i64],
-    dtype: DType,
-    dev: Device,
-    release: unsafe extern "C" fn(*mut c_void),
-    ctx: *mut c_void,
-) -> Result<Raw> {
-    let (device, index) = match dev {
-        Device::Cpu => (0, -1),
-        Device::Cuda(n) => (1, n as c_int),
-    };
-    // SAFETY: the caller's contract; `shape` and `strides` have equal lengths;
-    // the shim copies them and catches every C++ exception.
-    super::shim_tensor(Code::E_TORCH, |out| unsafe {
-        enkai_shim_from_blob(
-            data,
-            shape.as_ptr(),
-            strides.as_ptr(),
-            shape.len(),
-            scalar_type(dtype),
-            device,
-            index,
-            release,
-            ctx,
-            out,
-        )
-    })
-    .map(Raw)
-}
-
 unsafe extern "C" fn keep(_ctx: *mut c_void) {}
-
-/// A tensor holding a copy of foreign memory.
-///
-/// # Safety
-/// As `wrap_foreign`, for the duration of the call.
-pub unsafe fn copy_foreign(data: *mut c_void, shape: &[i64], strides: &[i64], dtype: DType, dev: Device) -> Result<Raw> {
-    // SAFETY: the view lives only for the copy below.
-    let view = unsafe { wrap_foreign(data, shape, strides, dtype, dev, keep, std::ptr::null_mut())? };
-    let mut copy = view.0.f_empty_like().map_err(torch_err)?;
-    copy.f_copy_(&view.0).map_err(torch_err)?;
-    Ok(Raw(copy))
-}

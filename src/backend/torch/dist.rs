@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::ptr::NonNull;
 
-use super::{torch_err, Raw};
+use super::Raw;
 use crate::vocab::dist::{Plan, Store};
 use crate::error::{Code, Result};
 
@@ -119,11 +119,6 @@ pub fn dist_allgather(g: &Group, t: &Raw, world: i64) -> Result<Raw> {
 pub fn dist_barrier(g: &Group) -> Result<()> {
     // SAFETY: a live group.
     shim(unsafe { enkai_shim_pg_barrier(g.0.as_ptr()) })
-}
-
-/// All-gather over one rank: a copy shaped `[1, *shape]`.
-pub fn dist_stack_one(t: &Raw) -> Result<Raw> {
-    tch::Tensor::f_stack(&[&t.0], 0).map(Raw).map_err(torch_err)
 }
 
 pub fn gloo_layout() -> Result<[usize; 4]> {

@@ -2,40 +2,19 @@
 //! with the same libtorch calls as the PyTorch reference in
 //! python/tests/lm_reference.py.
 
-use super::{scalar_op, tdevice, Raw};
+use super::{scalar_op, tdevice, Raw, Torch};
+use crate::backend::contract::Lm;
 use crate::device::Device;
 use crate::error::Result;
 use crate::vocab::gpt::{gpt_logits, gpt_loss, Activation, GptOps, Init, LmSpec, EPS};
 
 type T = tch::Tensor;
 
-/// The parameters of `layout`: `randn·0.02` matrices drawn in order from a
-/// CPU generator of this call's own seeded with `seed` (the values
-/// `torch.manual_seed(seed)` then `torch.randn` give, on every device), ones
-/// and zeros. The process's generator is neither read nor reseeded, so
-/// threads initialising at once each get their own seed's weights.
-pub fn lm_init(layout: &[(Vec<i64>, Init)], dev: Device, seed: i64) -> Result<Vec<Raw>> {
-    let gen = super::train::SeededGenerator::new(seed)?;
-    let opts = (tch::Kind::Float, tdevice(dev));
-    let make = |shape: &[i64], init: Init| -> Result<T> {
-        let t = match init {
-            Init::Normal => {
-                let drawn = gen.randn(shape)?;
-                super::scalar_op(|| drawn.f_mul_scalar(0.02)?.f_to_device(opts.1))?
-            }
-            Init::One => T::f_ones(shape, opts).map_err(super::torch_err)?,
-            Init::Zero => T::f_zeros(shape, opts).map_err(super::torch_err)?,
-        };
-        t.f_set_requires_grad(true).map_err(super::torch_err)
-    };
-    layout.iter().map(|(s, i)| make(s, *i).map(Raw)).collect()
-}
-
 /// The GPT's ops with the libtorch calls of the PyTorch reference model.
 /// Every call goes through `scalar_op`: several take a `Scalar`.
-struct Torch;
+struct Gpt;
 
-impl GptOps for Torch {
+impl GptOps for Gpt {
     type T = T;
     fn shape(&self, x: &T) -> Vec<i64> {
         x.size()
@@ -105,12 +84,34 @@ fn tensors<'a>(params: &[&'a Raw]) -> Vec<&'a T> {
     params.iter().map(|p| &p.0).collect()
 }
 
-/// Mean cross-entropy of the logits against `targets`.
-pub fn lm_forward(params: &[&Raw], spec: &LmSpec, ids: &Raw, targets: &Raw, training: bool) -> Result<Raw> {
-    gpt_loss(&Torch, &tensors(params), spec, &ids.0, &targets.0, training).map(Raw)
-}
+impl Lm for Torch {
+    /// The parameters of `layout`: `randn·0.02` matrices drawn in order from a
+    /// CPU generator of this call's own seeded with `seed` (the values
+    /// `torch.manual_seed(seed)` then `torch.randn` give, on every device), ones
+    /// and zeros. The process's generator is neither read nor reseeded, so
+    /// threads initialising at once each get their own seed's weights.
+    fn lm_init(layout: &[(Vec<i64>, Init)], dev: Device, seed: i64) -> Result<Vec<Raw>> {
+        let gen = super::train::SeededGenerator::new(seed)?;
+        let opts = (tch::Kind::Float, tdevice(dev));
+        let make = |shape: &[i64], init: Init| -> Result<T> {
+            let t = match init {
+                Init::Normal => {
+                    let drawn = gen.randn(shape)?;
+                    super::scalar_op(|| drawn.f_mul_scalar(0.02)?.f_to_device(opts.1))?
+                }
+                Init::One => T::f_ones(shape, opts).map_err(super::torch_err)?,
+                Init::Zero => T::f_zeros(shape, opts).map_err(super::torch_err)?,
+            };
+            t.f_set_requires_grad(true).map_err(super::torch_err)
+        };
+        layout.iter().map(|(s, i)| make(s, *i).map(Raw)).collect()
+    }
 
-/// Logits `[batch, seq, vocab]`.
-pub fn lm_logits(params: &[&Raw], spec: &LmSpec, ids: &Raw) -> Result<Raw> {
-    gpt_logits(&Torch, &tensors(params), spec, &ids.0, false).map(Raw)
+    fn lm_forward(params: &[&Raw], spec: &LmSpec, ids: &Raw, targets: &Raw, training: bool) -> Result<Raw> {
+        gpt_loss(&Gpt, &tensors(params), spec, &ids.0, &targets.0, training).map(Raw)
+    }
+
+    fn lm_logits(params: &[&Raw], spec: &LmSpec, ids: &Raw) -> Result<Raw> {
+        gpt_logits(&Gpt, &tensors(params), spec, &ids.0, false).map(Raw)
+    }
 }

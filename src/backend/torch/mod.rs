@@ -10,12 +10,8 @@ mod ops;
 pub mod opcall;
 mod train;
 
-pub use autograd::*;
 pub use create::*;
-pub use data::*;
 pub use dist::*;
-pub use lm::*;
-pub use ops::*;
 pub use train::*;
 
 use crate::device::Device;
@@ -23,6 +19,14 @@ use crate::dtype::DType;
 use crate::error::Error;
 
 pub const BUILT: bool = true;
+
+/// The backend, as the contract's traits see it (`backend::contract`).
+pub struct Torch;
+
+impl crate::backend::contract::Backend for Torch {
+    type Raw = Raw;
+    const ID: crate::backend::BackendId = crate::backend::BackendId::Torch;
+}
 
 /// A libtorch tensor shared between threads through the handle registry.
 pub struct Raw(pub tch::Tensor);

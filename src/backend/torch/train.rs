@@ -3,7 +3,8 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::{torch_err, Raw};
+use super::{torch_err, Raw, Torch};
+use crate::backend::contract::Train;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Code, Result};
@@ -74,77 +75,72 @@ fn ptr(t: &tch::Tensor) -> AtTensor {
     t.as_ptr() as AtTensor
 }
 
-/// Another reference to the same tensor (no copy).
-pub fn shallow(t: &Raw) -> Raw {
-    Raw(t.0.shallow_clone())
-}
+impl Train for Torch {
+    /// One `torch.optim.AdamW` step for one parameter, with libtorch's own ops.
+    fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::vocab::optim::AdamwStep) -> Result<()> {
+        // SAFETY: four live tensors; the shim catches every C++ exception.
+        shim(unsafe { enkai_shim_adamw_step(ptr(&p.0), ptr(&g.0), ptr(&m.0), ptr(&v.0), c.decay, c.lerp, c.beta2, c.sq_weight, c.bc2_sqrt, c.eps, c.step_size) })
+    }
 
-pub fn requires_grad(t: &Raw) -> bool {
-    t.0.requires_grad()
-}
+    fn scaler_state(scale: f64, tracker: i64, dev: Device) -> Result<(Raw, Raw)> {
+        let d = super::tdevice(dev);
+        let scale = super::create::full(&[], scale, (tch::Kind::Float, d))?;
+        let tracker = super::create::full(&[], tracker as f64, (tch::Kind::Int, d))?;
+        Ok((Raw(scale), Raw(tracker)))
+    }
 
-pub fn zeros_like(t: &Raw) -> Result<Raw> {
-    t.0.f_zeros_like().map(Raw).map_err(torch_err)
-}
+    /// `outputs * scale.to(outputs.device)`.
+    fn scale_by(loss: &Raw, scale: &Raw) -> Result<Raw> {
+        let s = scale.0.f_to_device(loss.0.device()).map_err(torch_err)?;
+        loss.0.f_mul(&s).map(Raw).map_err(torch_err)
+    }
 
-/// One `torch.optim.AdamW` step for one parameter, with libtorch's own ops.
-pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::vocab::optim::AdamwStep) -> Result<()> {
-    // SAFETY: four live tensors; the shim catches every C++ exception.
-    shim(unsafe { enkai_shim_adamw_step(ptr(&p.0), ptr(&g.0), ptr(&m.0), ptr(&v.0), c.decay, c.lerp, c.beta2, c.sq_weight, c.bc2_sqrt, c.eps, c.step_size) })
-}
-
-/// GradScaler state tensors on `dev`: a float32 scale and an int32 growth tracker, both 0-dim.
-pub fn scaler_state(scale: f64, tracker: i64, dev: Device) -> Result<(Raw, Raw)> {
-    let d = super::tdevice(dev);
-    let scale = super::create::full(&[], scale, (tch::Kind::Float, d))?;
-    let tracker = super::create::full(&[], tracker as f64, (tch::Kind::Int, d))?;
-    Ok((Raw(scale), Raw(tracker)))
-}
-
-pub fn scalar_value(t: &Raw) -> Result<f64> {
-    t.0.f_double_value(&[]).map_err(torch_err)
-}
-
-/// `outputs * scale.to(outputs.device)`.
-pub fn scale_by(loss: &Raw, scale: &Raw) -> Result<Raw> {
-    let s = scale.0.f_to_device(loss.0.device()).map_err(torch_err)?;
-    loss.0.f_mul(&s).map(Raw).map_err(torch_err)
-}
-
-/// GradScaler.unscale_: grads *= 1/scale (reciprocal taken in float64),
-/// grouped by device as PyTorch does; returns whether any grad was non-finite.
-pub fn unscale(grads: &[&Raw], scale: &Raw) -> Result<bool> {
-    let run = || -> Result<bool> {
-        let inv = scale.0.f_to_kind(tch::Kind::Double).and_then(|t| t.f_reciprocal()).and_then(|t| t.f_to_kind(tch::Kind::Float));
-        let inv = inv.map_err(torch_err)?;
-        let mut found = false;
-        let mut devices: Vec<tch::Device> = Vec::new();
-        for g in grads {
-            if !devices.contains(&g.0.device()) {
-                devices.push(g.0.device());
+    /// GradScaler.unscale_: grads *= 1/scale (reciprocal taken in float64),
+    /// grouped by device as PyTorch does; returns whether any grad was non-finite.
+    fn unscale(grads: &[&Raw], scale: &Raw) -> Result<bool> {
+        let run = || -> Result<bool> {
+            let inv = scale.0.f_to_kind(tch::Kind::Double).and_then(|t| t.f_reciprocal()).and_then(|t| t.f_to_kind(tch::Kind::Float));
+            let inv = inv.map_err(torch_err)?;
+            let mut found = false;
+            let mut devices: Vec<tch::Device> = Vec::new();
+            for g in grads {
+                if !devices.contains(&g.0.device()) {
+                    devices.push(g.0.device());
+                }
             }
-        }
-        for dev in devices {
-            let group: Vec<AtTensor> = grads.iter().filter(|g| g.0.device() == dev).map(|g| ptr(&g.0)).collect();
-            let found_inf = super::create::full(&[], 0.0, (tch::Kind::Float, dev))?;
-            let inv_d = inv.f_to_device(dev).map_err(torch_err)?;
-            // SAFETY: live tensors; the shim catches every C++ exception.
-            shim(unsafe { enkai_shim_unscale(group.as_ptr(), group.len(), ptr(&found_inf), ptr(&inv_d)) })?;
-            found |= found_inf.f_double_value(&[]).map_err(torch_err)? != 0.0;
-        }
-        Ok(found)
-    };
-    // A guard, not tch::no_grad(f): its Drop restores grad mode even when `run` unwinds.
-    let _no_grad = tch::no_grad_guard();
-    run()
-}
+            for dev in devices {
+                let group: Vec<AtTensor> = grads.iter().filter(|g| g.0.device() == dev).map(|g| ptr(&g.0)).collect();
+                let found_inf = super::create::full(&[], 0.0, (tch::Kind::Float, dev))?;
+                let inv_d = inv.f_to_device(dev).map_err(torch_err)?;
+                // SAFETY: live tensors; the shim catches every C++ exception.
+                shim(unsafe { enkai_shim_unscale(group.as_ptr(), group.len(), ptr(&found_inf), ptr(&inv_d)) })?;
+                found |= found_inf.f_double_value(&[]).map_err(torch_err)? != 0.0;
+            }
+            Ok(found)
+        };
+        // A guard, not tch::no_grad(f): its Drop restores grad mode even when `run` unwinds.
+        let _no_grad = tch::no_grad_guard();
+        run()
+    }
 
-/// torch._amp_update_scale_ with PyTorch's growth/backoff rule.
-pub fn update_scale(scale: &Raw, tracker: &Raw, found_inf: bool, growth: f64, backoff: f64, interval: i64) -> Result<()> {
-    let dev = scale.0.device();
-    let found = super::create::full(&[], if found_inf { 1.0 } else { 0.0 }, (tch::Kind::Float, dev))?;
-    let mut s = scale.0.shallow_clone();
-    s.f_internal_amp_update_scale_(&tracker.0, &found, growth, backoff, interval).map(drop).map_err(torch_err)
+    /// torch._amp_update_scale_ with PyTorch's growth/backoff rule.
+    fn update_scale(scale: &Raw, tracker: &Raw, found_inf: bool, growth: f64, backoff: f64, interval: i64) -> Result<()> {
+        let dev = scale.0.device();
+        let found = super::create::full(&[], if found_inf { 1.0 } else { 0.0 }, (tch::Kind::Float, dev))?;
+        let mut s = scale.0.shallow_clone();
+        s.f_internal_amp_update_scale_(&tracker.0, &found, growth, backoff, interval).map(drop).map_err(torch_err)
+    }
+
+    /// The CPU generator's.
+    fn rng_state() -> Result<Raw> {
+        // SAFETY: a valid out-pointer.
+        super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_rng_get_state(out) }).map(Raw)
+    }
+
+    fn set_rng_state(state: &Raw) -> Result<()> {
+        // SAFETY: a live tensor; the shim catches every C++ exception.
+        shim(unsafe { enkai_shim_rng_set_state(ptr(&state.0)) })
+    }
 }
 
 /// Autocast state of this thread for one device type: (enabled, dtype as libtorch's ScalarType).
@@ -190,16 +186,4 @@ pub fn autocast_nesting(enter: bool) {
             enkai_shim_autocast_decrement_nesting()
         }
     }
-}
-
-/// The CPU generator's state as a uint8 tensor (`torch.get_rng_state()`).
-pub fn rng_state() -> Result<Raw> {
-    // SAFETY: a valid out-pointer.
-    super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_rng_get_state(out) }).map(Raw)
-}
-
-/// Restores a state from `rng_state` (`torch.set_rng_state`).
-pub fn set_rng_state(state: &Raw) -> Result<()> {
-    // SAFETY: a live tensor; the shim catches every C++ exception.
-    shim(unsafe { enkai_shim_rng_set_state(ptr(&state.0)) })
 }
