@@ -51,12 +51,18 @@ PREFIX ?= /usr/local
 install: build
 	bash scripts/install.sh $(LIB) $(PREFIX) $(DESTDIR)
 
+# The integration tests, linked to the library `build` compiled. The crate's unit
+# tests need no libtorch and run in nofeature-test: a release `--lib` harness here
+# would compile the whole crate a second time (about 10 minutes on CI).
 rust-test: build
-	cargo test --release
+	cargo test --release --test '*'
 
-# The core (handles, errors, strings, JSON) without libtorch.
-nofeature-test:
-	cargo test --no-default-features
+# The core (handles, errors, strings, JSON) without libtorch: the crate's unit
+# tests (a debug harness, the cheapest compile), then the integration tests
+# linked to the libtorch-free release library that notorch-build compiled.
+nofeature-test: notorch-build
+	cargo test --no-default-features --lib
+	cargo test --release --no-default-features --target-dir target/notorch --test '*'
 
 # The libtorch-free library (only the native backend), built as a CPU-only
 # user builds it, in its own target directory: libtorch must not be among its
@@ -79,8 +85,10 @@ notorch-test: notorch-build $(NOTORCH_TESTS) build/capi/fuzz build/capi/stress
 
 # The multi-rank tests launch build/capi/dist_worker and the demo under torchrun;
 # the checkpoint tests cross between this library and the libtorch-free one.
+# Two workers (pytest-xdist): most of the suite's time is spent waiting on
+# subprocesses (ranks, builds, installs), which then overlap.
 python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm build/examples/causal_attention build/examples/accuracy build/examples/sample_tinylm
-	python -m pytest python/tests -q
+	python -m pytest python/tests -q -n 2 --durations=15
 
 # The client-loop test loads the library with dlopen, as the Enkai runtime does.
 build/capi/test_client_%: capi-tests/test_client_%.c $(LIB)

@@ -21,9 +21,13 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# cmake, for the test that builds a project against the installed CMake package.
+# cmake, for the test that builds a project against the installed CMake package;
+# pytest-xdist, which runs the Python suite on both cores.
 if [ ! -x "$VENV/bin/cmake" ]; then
   "$VENV/bin/python" -m pip install -q cmake >&2
+fi
+if ! "$VENV/bin/python" -c "import xdist" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q pytest-xdist >&2
 fi
 
 if ! command -v valgrind >/dev/null 2>&1; then

@@ -23,11 +23,16 @@ def test_the_readme_cpu_only_build_links_a_program_that_runs(tmp_path):
         if src.is_file() or src.is_symlink():
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, repo / f, follow_symlinks=False)
-    # A cache only: make's libtorch-free build's compiled dependencies (cargo
-    # rebuilds this crate itself, whose path differs); the block runs as written.
+    # Directories keep their times too: build.rs watches one (gloo-decl).
+    for d in sorted({p for p in repo.rglob("*") if p.is_dir()}, key=lambda p: -len(p.parts)):
+        shutil.copystat(ROOT / d.relative_to(repo), d)
+    # A cache only: make's libtorch-free build (the same command). Cargo's
+    # fingerprints of a workspace's own crate are relative to its root, so the
+    # copy is fresh when the sources are the same, and the block's build then
+    # only checks it. The SONAME link is make's, which the block must make itself.
     if (ROOT / "target" / "notorch").is_dir():
         shutil.copytree(ROOT / "target" / "notorch", repo / "target", symlinks=True)
-        for stale in (repo / "target" / "release").glob("libenkai_tensor.so*"):
+        for stale in (repo / "target" / "release").glob("libenkai_tensor.so.*"):
             stale.unlink()
     # No libtorch anywhere on the way: no venv on PATH, no torch variables.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LIBTORCH", "VIRTUAL_ENV", "LD_LIBRARY", "ENKAI_"))}
