@@ -22,7 +22,7 @@ CAPI_TESTS := $(patsubst capi-tests/%.c,build/capi/%,$(wildcard capi-tests/test_
 CXX ?= g++
 CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -pedantic -Iinclude
 
-.PHONY: demo quickstart example-cpp test build header install rust-test nofeature-test notorch-build notorch-test python-test capi-test sanitize-test fuzz bench clean
+.PHONY: demo quickstart example-cpp test libs build header install rust-test nofeature-test notorch-build notorch-test python-test capi-test sanitize-test fuzz bench clean
 
 demo: build build/examples/train_tinylm
 	build/examples/train_tinylm
@@ -34,7 +34,12 @@ example-cpp: build build/examples/train_mlp
 	build/examples/train_mlp
 
 # Ends with the C suites' "name: N passed, N failed" lines.
-test: build rust-test nofeature-test python-test capi-test notorch-test sanitize-test
+test: libs rust-test nofeature-test python-test capi-test notorch-test sanitize-test
+
+# Both libraries at once: each compile of this crate is one codegen unit, so
+# one core, and the two builds share the machine's two (about 17 GB of memory together).
+libs:
+	$(MAKE) -j2 build notorch-build
 
 # Programs linked with -lenkai_tensor load it by its SONAME (libenkai_tensor.so.<ABI
 # major>, set in build.rs): the link in target/release lets them find it there.
