@@ -219,72 +219,101 @@ fn fill16_f32(d: &mut [f32]) {
     }
 }
 
-/// `NormalFill16<float>` for AVX2, lane by lane: Cephes' log and sincos of
-/// `avx_mathfun.h`, with the FMAs GCC contracts their multiply-adds into
-/// (each product whose only use is an addition, first product first).
+/// `NormalFill16<float>` for AVX2 (`normal_fill_16_AVX2`): Cephes' log and
+/// sincos of `avx_mathfun.h` over 8 lanes, with the FMAs GCC contracts their
+/// multiply-adds into (each product whose only use is an addition, first
+/// product first), so every lane rounds as ATen's does.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn fill16_avx2(d: &mut [f32]) {
-    let two_pi = (2.0 * std::f64::consts::PI) as f32;
-    for j in 0..8 {
-        let radius = (-2.0 * log_ps(1.0 - d[j])).sqrt();
-        let (s, c) = sincos_ps(two_pi * d[j + 8]);
-        (d[j], d[j + 8]) = (radius * c + 0.0, radius * s + 0.0);
+    use std::arch::x86_64::*;
+    debug_assert!(d.len() >= 16);
+    let p = d.as_mut_ptr();
+    // SAFETY: 16 floats at `p` (the callers pass blocks of 16); unaligned loads and stores.
+    let (u1, u2) = unsafe { (_mm256_sub_ps(_mm256_set1_ps(1.0), _mm256_loadu_ps(p)), _mm256_loadu_ps(p.add(8))) };
+    let radius = _mm256_sqrt_ps(_mm256_mul_ps(_mm256_set1_ps(-2.0), log256_ps(u1)));
+    let (sin, cos) = sincos256_ps(_mm256_mul_ps(_mm256_set1_ps((2.0 * std::f64::consts::PI) as f32), u2));
+    // `fmadd(n, std = 1, mean = 0)`: n + 0 (a -0 becomes +0).
+    let zero = _mm256_setzero_ps();
+    // SAFETY: as the loads.
+    unsafe {
+        _mm256_storeu_ps(p, _mm256_add_ps(_mm256_mul_ps(radius, cos), zero));
+        _mm256_storeu_ps(p.add(8), _mm256_add_ps(_mm256_mul_ps(radius, sin), zero));
     }
 }
 
 /// avx_mathfun.h's constants are double literals stored as floats.
 #[cfg(target_arch = "x86_64")]
-const fn c(x: f64) -> f32 {
-    x as f32
+#[target_feature(enable = "avx2,fma")]
+fn splat(x: f64) -> std::arch::x86_64::__m256 {
+    std::arch::x86_64::_mm256_set1_ps(x as f32)
 }
 
-/// `log256_ps` for one lane (an argument in (0, 1] here; <= 0 gives NaN as there).
+/// `log256_ps` (arguments in (0, 1] here; <= 0 gives NaN as there).
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn log_ps(x: f32) -> f32 {
-    const P: [f32; 9] = [
-        c(7.0376836292E-2), c(-1.1514610310E-1), c(1.1676998740E-1), c(-1.2420140846E-1), c(1.4249322787E-1),
-        c(-1.6668057665E-1), c(2.0000714765E-1), c(-2.4999993993E-1), c(3.3333331174E-1),
+#[target_feature(enable = "avx2,fma")]
+fn log256_ps(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    const P: [f64; 9] = [
+        7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1, 1.4249322787E-1, -1.6668057665E-1, 2.0000714765E-1,
+        -2.4999993993E-1, 3.3333331174E-1,
     ];
-    let invalid = x <= 0.0;
-    let b = x.max(f32::MIN_POSITIVE).to_bits();
-    let e = ((b >> 23) as i32 - 0x7f) as f32 + 1.0;
-    let x = f32::from_bits((b & !0x7f80_0000) | 0.5f32.to_bits());
-    let small = x < c(0.707106781186547524);
-    let (x, e) = ((x - 1.0) + if small { x } else { 0.0 }, e - if small { 1.0 } else { 0.0 });
-    let z = x * x;
-    let y = P[1..].iter().fold(P[0], |y, &p| y.mul_add(x, p)) * x;
-    let y = (-z).mul_add(0.5, y.mul_add(z, e * c(-2.12194440e-4)));
-    let r = e.mul_add(c(0.693359375), x + y);
-    if invalid {
-        f32::NAN
-    } else {
-        r
+    let one = _mm256_set1_ps(1.0);
+    let invalid = _mm256_cmp_ps::<_CMP_LE_OS>(x, _mm256_setzero_ps());
+    let x = _mm256_max_ps(x, _mm256_set1_ps(f32::MIN_POSITIVE));
+    let bits = _mm256_castps_si256(x);
+    let e = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32::<23>(bits), _mm256_set1_epi32(0x7f))), one);
+    let mant = _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(!0x7f80_0000)), _mm256_castps_si256(_mm256_set1_ps(0.5)));
+    let x = _mm256_castsi256_ps(mant);
+    let small = _mm256_cmp_ps::<_CMP_LT_OS>(x, splat(0.707106781186547524));
+    let e = _mm256_sub_ps(e, _mm256_and_ps(one, small));
+    let x = _mm256_add_ps(_mm256_sub_ps(x, one), _mm256_and_ps(x, small));
+    let z = _mm256_mul_ps(x, x);
+    let mut y = splat(P[0]);
+    for &c in &P[1..] {
+        y = _mm256_fmadd_ps(y, x, splat(c));
     }
+    let y = _mm256_mul_ps(y, x);
+    let y = _mm256_fmadd_ps(y, z, _mm256_mul_ps(e, splat(-2.12194440e-4)));
+    let y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5), y);
+    let r = _mm256_fmadd_ps(e, splat(0.693359375), _mm256_add_ps(x, y));
+    _mm256_or_ps(r, invalid)
 }
 
-/// `sincos256_ps` for one lane: (sin, cos).
+/// `sincos256_ps`: (sin, cos).
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn sincos_ps(x: f32) -> (f32, f32) {
-    let sign = x.to_bits() & 0x8000_0000;
-    let x = x.abs();
-    let y = x * c(1.27323954473516);
+#[target_feature(enable = "avx2,fma")]
+fn sincos256_ps(x: std::arch::x86_64::__m256) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+    use std::arch::x86_64::*;
+    let sign_bit = _mm256_set1_epi32(i32::MIN);
+    let bits = _mm256_castps_si256(x);
+    let sign = _mm256_and_si256(bits, sign_bit);
+    let x = _mm256_castsi256_ps(_mm256_andnot_si256(sign_bit, bits));
     // cvttps2dq: out of range (or NaN) gives i32::MIN.
-    let j = if y < 2_147_483_648.0 { y as i32 } else { i32::MIN };
-    let j = j.wrapping_add(1) & !1;
-    let y = j as f32;
-    let x = y.mul_add(c(-3.77489497744594108e-8), y.mul_add(c(-2.4187564849853515625e-4), y.mul_add(-0.78515625, x)));
-    let sign_sin = sign ^ (((j & 4) as u32) << 29);
-    let sign_cos = ((!j.wrapping_sub(2) & 4) as u32) << 29;
-    let z = x * x;
-    let cp = c(2.443315711809948E-005).mul_add(z, c(-1.388731625493765E-003)).mul_add(z, c(4.166664568298827E-002)) * z;
-    let cp = cp.mul_add(z, -(z * 0.5)) + 1.0;
-    let sp = (c(-1.9515295891E-4).mul_add(z, c(8.3321608736E-3)).mul_add(z, c(-1.6666654611E-1)) * z).mul_add(x, x);
-    let (ysin1, ysin2) = if j & 2 == 0 { (0.0, sp) } else { (cp, 0.0) };
-    let (sin, cos) = (ysin1 + ysin2, (cp - ysin1) + (sp - ysin2));
-    (f32::from_bits(sin.to_bits() ^ sign_sin), f32::from_bits(cos.to_bits() ^ sign_cos))
+    let j = _mm256_cvttps_epi32(_mm256_mul_ps(x, splat(1.27323954473516)));
+    let j = _mm256_and_si256(_mm256_add_epi32(j, _mm256_set1_epi32(1)), _mm256_set1_epi32(!1));
+    let y = _mm256_cvtepi32_ps(j);
+    let x = _mm256_fmadd_ps(y, splat(-0.78515625), x);
+    let x = _mm256_fmadd_ps(y, splat(-2.4187564849853515625e-4), x);
+    let x = _mm256_fmadd_ps(y, splat(-3.77489497744594108e-8), x);
+    let four = _mm256_set1_epi32(4);
+    let sign_sin = _mm256_xor_si256(sign, _mm256_slli_epi32::<29>(_mm256_and_si256(j, four)));
+    let sign_cos = _mm256_slli_epi32::<29>(_mm256_andnot_si256(_mm256_sub_epi32(j, _mm256_set1_epi32(2)), four));
+    let z = _mm256_mul_ps(x, x);
+    let cp = _mm256_fmadd_ps(_mm256_fmadd_ps(splat(2.443315711809948E-005), z, splat(-1.388731625493765E-003)), z, splat(4.166664568298827E-002));
+    let cp = _mm256_mul_ps(cp, z);
+    let cp = _mm256_add_ps(_mm256_fmadd_ps(cp, z, _mm256_xor_ps(_mm256_mul_ps(z, _mm256_set1_ps(0.5)), _mm256_set1_ps(-0.0))), _mm256_set1_ps(1.0));
+    let sp = _mm256_fmadd_ps(_mm256_fmadd_ps(splat(-1.9515295891E-4), z, splat(8.3321608736E-3)), z, splat(-1.6666654611E-1));
+    let sp = _mm256_fmadd_ps(_mm256_mul_ps(sp, z), x, x);
+    // Lanes whose (j & 2) is 0 take the sine polynomial for sin.
+    let poly = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(j, _mm256_set1_epi32(2)), _mm256_setzero_si256()));
+    let (ysin1, ysin2) = (_mm256_andnot_ps(poly, cp), _mm256_and_ps(poly, sp));
+    let sin = _mm256_add_ps(ysin1, ysin2);
+    let cos = _mm256_add_ps(_mm256_sub_ps(cp, ysin1), _mm256_sub_ps(sp, ysin2));
+    (
+        _mm256_xor_ps(sin, _mm256_castsi256_ps(sign_sin)),
+        _mm256_xor_ps(cos, _mm256_castsi256_ps(sign_cos)),
+    )
 }
 
 /// `torch.rand`: `uniform_kernel`'s draws, in f32 for every dtype but f64; a
