@@ -735,6 +735,10 @@ fn refused(op: &OpDef, resolved: &Resolved, ts: &[Option<&Tensor>], torch: bool,
         if let Err(core) = check(op, &op.sigs[resolved.sig], &mut resolved.args.iter().cloned().collect::<Vec<_>>(), ts) {
             return core;
         }
+        let live: SmallVec<[&Tensor; 4]> = ts.iter().flatten().copied().collect();
+        if let Some(core) = explain(op, resolved, &live) {
+            return core;
+        }
     }
     match e.code {
         // ATen's dtype dispatch refuses a dtype in these words ("\"round_cpu\" not
@@ -742,6 +746,104 @@ fn refused(op: &OpDef, resolved: &Resolved, ts: &[Option<&Tensor>], torch: bool,
         crate::error::Code::E_TORCH if e.detail.contains("not implemented for '") => crate::err!(E_DTYPE, "{name}: {}", e.detail),
         crate::error::Code::E_TORCH => crate::err!(E_TORCH, "{name}: {}", e.detail),
         _ => e,
+    }
+}
+
+/// Core's words for refusals libtorch words as its own error (`E_TORCH`):
+/// inputs on different devices, and the rules of the products and reshapes,
+/// which their native kernels check with the same codes.
+fn explain(op: &OpDef, resolved: &Resolved, ts: &[&Tensor]) -> Option<Error> {
+    let name = op.name();
+    if let Some(d) = ts.iter().map(|t| imp::device(&t.raw)).find(|d| *d != imp::device(&ts[0].raw)) {
+        return Some(crate::err!(E_DEVICE, "{name}: inputs are on {} and {d}", imp::device(&ts[0].raw)));
+    }
+    let shapes: SmallVec<[Vec<i64>; 2]> = ts.iter().map(|t| imp::shape(&t.raw)).collect();
+    match (name, &shapes[..]) {
+        ("matmul" | "mm" | "bmm", [a, b]) => {
+            let (da, db) = (imp::dtype(&ts[0].raw).ok()?, imp::dtype(&ts[1].raw).ok()?);
+            if da != db {
+                return Some(crate::err!(E_DTYPE, "{name}: inputs are {} and {}", da.name(), db.name()));
+            }
+            let fits = match name {
+                "mm" => a.len() == 2 && b.len() == 2 && a[1] == b[0],
+                "bmm" => a.len() == 3 && b.len() == 3 && a[0] == b[0] && a[2] == b[1],
+                _ => vocab::matmul_fits(a, b),
+            };
+            (!fits).then(|| crate::err!(E_SHAPE, "{name} {} x {}", fmt(a), fmt(b)))
+        }
+        ("sub", _) if ts.iter().any(|t| imp::dtype(&t.raw).ok() == Some(DType::Bool)) || matches!(arg(op, resolved, "other"), Some(Value::Scalar(Scalar::Bool(_)))) => {
+            Some(crate::err!(E_DTYPE, "sub: subtraction with a bool tensor is not supported (use logical_xor / logical_not)"))
+        }
+        ("mean", [_]) if matches!(arg(op, resolved, "dtype"), Some(Value::None)) => {
+            let d = imp::dtype(&ts[0].raw).ok().filter(|d| !d.is_float())?;
+            Some(crate::err!(E_DTYPE, "mean: could not infer the output dtype: the input must be floating (or pass dtype=), got {}", d.name()))
+        }
+        ("reshape" | "view", [x]) => {
+            let Some(Value::Ints(target)) = arg(op, resolved, if name == "view" { "size" } else { "shape" }) else { return None };
+            if target.iter().any(|&d| d < -1) || target.iter().filter(|&&d| d == -1).count() > 1 {
+                return Some(crate::err!(E_INVALID_ARG, "{name}: a target shape holds at most one -1 and no other negative size, got {}", fmt(target)));
+            }
+            Some(crate::err!(E_SHAPE, "{name}: cannot {name} {} into {}", fmt(x), fmt(target)))
+        }
+        _ => None,
+    }
+}
+
+/// The value of `op`'s parameter `name` in a resolved call.
+fn arg<'r>(op: &OpDef, resolved: &'r Resolved, name: &str) -> Option<&'r Value> {
+    op.sigs[resolved.sig].param(name).map(|i| &resolved.args[i])
+}
+
+/// The overload that a typed C function runs (`src/ffi/typed.rs`, generated
+/// from the table's `c` columns): the same resolution `enkai_op` makes, with
+/// the arguments given by the C parameters instead of parsed from JSON.
+pub struct Typed {
+    overload: &'static str,
+    at: std::sync::OnceLock<Option<(usize, usize)>>,
+}
+
+impl Typed {
+    pub const fn new(overload: &'static str) -> Typed {
+        Typed { overload, at: std::sync::OnceLock::new() }
+    }
+
+    /// Runs the overload on `inputs` (its Tensor parameters in order) with
+    /// the other arguments `given` by name and the rest at their defaults;
+    /// returns the one result's handle.
+    pub fn call(&self, inputs: &[i64], given: &[(&str, Value)]) -> Result<i64> {
+        let at = self.at.get_or_init(|| vocab::ops().iter().find_map(|o| Some((o.index, o.sigs.iter().position(|s| s.text.split('(').next() == Some(self.overload))?))));
+        let Some((op, sig)) = *at else { crate::bail!(E_INVALID_ARG, "{}: not an overload of the op table", self.overload) };
+        if inputs.contains(&0) {
+            // The registry's error for the 0 handle (a typed function has no optional tensors).
+            TENSORS.get_many(inputs)?;
+        }
+        let (op, s) = (&vocab::ops()[op], &vocab::ops()[op].sigs[sig]);
+        let mut next = 0;
+        let args: Vec<Value> = s
+            .params
+            .iter()
+            .map(|p| {
+                if p.ty.is_tensor() {
+                    next += 1;
+                    return Value::Tensor(next - 1);
+                }
+                given.iter().find(|(n, _)| *n == p.name).map(|(_, v)| v.clone()).or_else(|| p.default.clone()).unwrap_or(Value::None)
+            })
+            .collect();
+        let resolved = Resolved { sig, binary: plain_binary(s, &args), args };
+        let mut h = 0;
+        // SAFETY: one writable slot, `h`.
+        run_resolved(op, &resolved, inputs, &mut unsafe { ResultSlots::new(&mut h, 1) })?;
+        Ok(h)
+    }
+}
+
+/// An `int[1]?` dim of the seed's typed reductions: every dim (None) when negative.
+pub fn dim_or_all(dim: i64) -> Value {
+    if dim < 0 {
+        Value::None
+    } else {
+        Value::Ints(vec![dim])
     }
 }
 

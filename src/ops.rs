@@ -10,7 +10,7 @@ use crate::handles::Ref;
 use crate::registry::TENSORS;
 use crate::json::{self, write_int_list as fmt};
 use crate::tensor::{self, get, register};
-pub use crate::vocab::kinds::{Binary, Reduce, Unary};
+pub use crate::vocab::kinds::Binary;
 
 fn shape(t: &Tensor) -> Vec<i64> {
     imp::shape(&t.raw)
@@ -80,57 +80,17 @@ fn float_error(op: &str, t: &Tensor) -> Option<Error> {
 
 pub use crate::vocab::broadcast;
 
-/// `torch.matmul` shape rules: 1-D operands are promoted, batch dims broadcast.
-fn matmul_fits(a: &[i64], b: &[i64]) -> bool {
-    if a.is_empty() || b.is_empty() {
-        return false;
-    }
-    let k_b = if b.len() == 1 { b[0] } else { b[b.len() - 2] };
-    a[a.len() - 1] == k_b && broadcast(&a[..a.len().saturating_sub(2)], &b[..b.len().saturating_sub(2)]).is_some()
-}
-
 fn matmul_error(op: &str, a: &Tensor, b: &Tensor) -> Option<Error> {
     let (sa, sb) = (shape(a), shape(b));
-    (!matmul_fits(&sa, &sb)).then(|| crate::err!(E_SHAPE, "{op} {} x {}", fmt(&sa), fmt(&sb)))
-}
-
-pub fn matmul(a: i64, b: i64) -> Result<i64> {
-    run("matmul", [a, b], |[a, b]| imp::matmul(a, b), |[a, b]| matmul_error("matmul", a, b))
-}
-
-pub fn binary(op: Binary, a: i64, b: i64) -> Result<i64> {
-    let (name, sym) = op.name();
-    run(name, [a, b], |[a, b]| imp::binary(op, a, b), |[a, b]| {
-        let (sa, sb) = (shape(a), shape(b));
-        if broadcast(&sa, &sb).is_none() {
-            return Some(crate::err!(E_SHAPE, "{name} {} {sym} {}", fmt(&sa), fmt(&sb)));
-        }
-        let is_bool = |t: &Tensor| imp::dtype(&t.raw).ok() == Some(DType::Bool);
-        (op == Binary::Sub && (is_bool(a) || is_bool(b)))
-            .then(|| crate::err!(E_DTYPE, "sub: subtraction with a bool tensor is not supported (use logical_xor / logical_not)"))
-    })
-}
-
-pub fn unary(op: Unary, x: i64) -> Result<i64> {
-    let name = op.name();
-    run(name, [x], |[x]| imp::unary(op, x), |[x]| float_error(name, x))
+    (!crate::vocab::matmul_fits(&sa, &sb)).then(|| crate::err!(E_SHAPE, "{op} {} x {}", fmt(&sa), fmt(&sb)))
 }
 
 fn numel_error(op: &str, x: &Tensor, target: &[i64]) -> Option<Error> {
     Some(crate::err!(E_SHAPE, "{op}: cannot reshape {} into {}", fmt(&shape(x)), fmt(target)))
 }
 
-/// `x.reshape(target)`; `target` is a checked reshape target (`json::DimsRule::Target`).
-pub fn reshape(x: i64, target: &[i64]) -> Result<i64> {
-    run("reshape", [x], |[x]| imp::reshape(x, target), |[x]| numel_error("reshape", x, target))
-}
-
 pub fn view(x: i64, target: &[i64]) -> Result<i64> {
     run("view", [x], |[x]| imp::view(x, target), |[x]| numel_error("view", x, target))
-}
-
-pub fn transpose(x: i64, d0: i64, d1: i64) -> Result<i64> {
-    run("transpose", [x], |[x]| imp::transpose(x, d0, d1), |[x]| dim_error("transpose", x, &[d0, d1]))
 }
 
 pub fn concat(handles: &str, dim: i64) -> Result<i64> {
@@ -163,19 +123,6 @@ pub fn slice(x: i64, dim: i64, start: i64, end: i64, step: i64) -> Result<i64> {
         crate::bail!(E_INVALID_ARG, "slice: step must be positive, got {step}");
     }
     run("slice", [x], |[x]| imp::slice(x, dim, start, end, step), |[x]| dim_error("slice", x, &[dim]))
-}
-
-/// `dim < 0` reduces over every dimension.
-pub fn reduce(op: Reduce, x: i64, dim: i64, keepdim: bool) -> Result<i64> {
-    let name = if op == Reduce::Sum { "sum" } else { "mean" };
-    let d = (dim >= 0).then_some(dim);
-    run(name, [x], |[x]| imp::reduce(op, x, d, keepdim), |[x]| {
-        dim_error(name, x, d.as_slice()).or_else(|| if op == Reduce::Mean { float_error(name, x) } else { None })
-    })
-}
-
-pub fn softmax(x: i64, dim: i64) -> Result<i64> {
-    run("softmax", [x], |[x]| imp::softmax(x, dim), |[x]| dim_error("softmax", x, &[dim]).or_else(|| float_error("softmax", x)))
 }
 
 fn mask_error(op: &str, x: &Tensor, mask: &Tensor, dim: i64) -> Option<Error> {

@@ -19,7 +19,7 @@ use super::{BackendId, ExportView, Init};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::vocab::kinds::{Binary, Reduce, Unary};
+use crate::vocab::kinds::Binary;
 
 /// A backend: the type of its tensors. Every other trait builds on it.
 pub trait Backend {
@@ -114,17 +114,10 @@ pub trait Data: Backend {
 /// Each matches PyTorch's op of the same name (dtype promotion, broadcasting,
 /// result dtype); the caller checked dims and ranks.
 pub trait Ops: Backend {
-    fn matmul(a: &Self::Raw, b: &Self::Raw) -> Result<Self::Raw>;
     fn binary(op: Binary, a: &Self::Raw, b: &Self::Raw) -> Result<Self::Raw>;
-    fn unary(op: Unary, x: &Self::Raw) -> Result<Self::Raw>;
-    fn reshape(x: &Self::Raw, shape: &[i64]) -> Result<Self::Raw>;
     /// A view sharing `x`'s storage when its strides allow one, else a reshaped copy.
     fn view(x: &Self::Raw, shape: &[i64]) -> Result<Self::Raw>;
-    fn transpose(x: &Self::Raw, d0: i64, d1: i64) -> Result<Self::Raw>;
     fn slice(x: &Self::Raw, dim: i64, start: i64, end: i64, step: i64) -> Result<Self::Raw>;
-    /// Over `dim`, or over every dim when `None`.
-    fn reduce(op: Reduce, x: &Self::Raw, dim: Option<i64>, keepdim: bool) -> Result<Self::Raw>;
-    fn softmax(x: &Self::Raw, dim: i64) -> Result<Self::Raw>;
     /// Draws from the backend's generator when `train` and `p > 0`.
     fn dropout(x: &Self::Raw, p: f64, train: bool) -> Result<Self::Raw>;
     fn to_device(x: &Self::Raw, dev: Device) -> Result<Self::Raw>;

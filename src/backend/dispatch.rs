@@ -17,7 +17,7 @@ use super::{BackendId, Init};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::vocab::kinds::{Binary, Reduce, Unary};
+use crate::vocab::kinds::Binary;
 
 // What only libtorch has (CUDA, its autocast state, c10d process groups),
 // outside the contract; `none` stands in for it without the torch feature.
@@ -282,40 +282,16 @@ pub fn export_view(t: &Raw) -> Result<super::ExportView<Raw>> {
 
 // ---------------------------------------------------------------------- ops
 
-pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
-    each!(a, B, a => B::matmul(a, B::of(b)?).map(B::wrap))
-}
-
 pub fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
     each!(a, B, a => B::binary(op, a, B::of(b)?).map(B::wrap))
-}
-
-pub fn unary(op: Unary, x: &Raw) -> Result<Raw> {
-    each!(x, B, x => B::unary(op, x).map(B::wrap))
-}
-
-pub fn reshape(x: &Raw, s: &[i64]) -> Result<Raw> {
-    each!(x, B, x => B::reshape(x, s).map(B::wrap))
 }
 
 pub fn view(x: &Raw, s: &[i64]) -> Result<Raw> {
     each!(x, B, x => B::view(x, s).map(B::wrap))
 }
 
-pub fn transpose(x: &Raw, a: i64, b: i64) -> Result<Raw> {
-    each!(x, B, x => B::transpose(x, a, b).map(B::wrap))
-}
-
 pub fn slice(x: &Raw, d: i64, a: i64, b: i64, c: i64) -> Result<Raw> {
     each!(x, B, x => B::slice(x, d, a, b, c).map(B::wrap))
-}
-
-pub fn reduce(op: Reduce, x: &Raw, d: Option<i64>, k: bool) -> Result<Raw> {
-    each!(x, B, x => B::reduce(op, x, d, k).map(B::wrap))
-}
-
-pub fn softmax(x: &Raw, d: i64) -> Result<Raw> {
-    each!(x, B, x => B::softmax(x, d).map(B::wrap))
 }
 
 pub fn dropout(x: &Raw, p: f64, t: bool) -> Result<Raw> {

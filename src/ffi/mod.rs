@@ -15,6 +15,7 @@ pub mod op;
 pub mod ops;
 pub mod optim;
 pub mod tensor;
+pub mod typed;
 
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -1,4 +1,7 @@
-//! Tensor operations. Each returns a new tensor handle owned by the caller
+//! The typed ops whose semantics are not an op table row's (the others are
+//! generated into `typed.rs`): `view`'s copy fallback, `concat`'s JSON
+//! handle list, `linear`'s `[in, out]` weight, and the seed's fused ops
+//! and their backwards. Each returns a new tensor handle owned by the caller
 //! (release with `enkai_tensor_free`) and leaves its inputs unchanged; on
 //! error it returns 0. Every op can fail with `E_HANDLE_*` (bad input handle),
 //! `E_BACKEND_MISMATCH`, `E_DEVICE` (inputs on different devices) and
@@ -8,50 +11,10 @@ use std::ffi::{c_char, c_int};
 
 use super::{dims_arg, dtype_arg, guard, str_arg, EnkaiSlice};
 use crate::json::{self, DimsRule};
-use crate::ops::{self, Binary, Reduce, Unary};
+use crate::ops;
 
-/// `torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast.
-/// Errors: `E_SHAPE` (`matmul [2,3] x [4,5]`), `E_DTYPE` (dtypes differ).
-#[no_mangle]
-pub extern "C" fn enkai_tensor_matmul(a: i64, b: i64) -> i64 {
-    guard(|| ops::matmul(a, b))
-}
-
-/// `a + b` with broadcasting and PyTorch's type promotion. Errors: `E_SHAPE`.
-#[no_mangle]
-pub extern "C" fn enkai_tensor_add(a: i64, b: i64) -> i64 {
-    guard(|| ops::binary(Binary::Add, a, b))
-}
-
-/// `a - b` with broadcasting. Errors: `E_SHAPE`.
-#[no_mangle]
-pub extern "C" fn enkai_tensor_sub(a: i64, b: i64) -> i64 {
-    guard(|| ops::binary(Binary::Sub, a, b))
-}
-
-/// `a * b` (elementwise) with broadcasting. Errors: `E_SHAPE`.
-#[no_mangle]
-pub extern "C" fn enkai_tensor_mul(a: i64, b: i64) -> i64 {
-    guard(|| ops::binary(Binary::Mul, a, b))
-}
-
-/// `a / b` (true division) with broadcasting. Errors: `E_SHAPE`.
-#[no_mangle]
-pub extern "C" fn enkai_tensor_div(a: i64, b: i64) -> i64 {
-    guard(|| ops::binary(Binary::Div, a, b))
-}
-
-/// `x.reshape(shape)`; `shape` is a JSON array that may hold one `-1`.
-/// Errors: `E_NULL_POINTER`, `E_INVALID_ARG`, `E_SHAPE` (element count differs).
-///
-/// # Safety
-/// `shape` is NULL or a NUL-terminated string.
-#[no_mangle]
-pub unsafe extern "C" fn enkai_tensor_reshape(x: i64, shape: *const c_char) -> i64 {
-    guard(|| ops::reshape(x, &unsafe { dims_arg(shape, "shape", DimsRule::Target)? }))
-}
-
-/// `x.view(shape)`, falling back to a copy when the strides allow no view.
+/// `x.view(shape)`, falling back to a copy when the strides allow no view
+/// (where `enkai_op`'s `view` is an error, as PyTorch's).
 /// Errors as `enkai_tensor_reshape`.
 ///
 /// # Safety
@@ -59,12 +22,6 @@ pub unsafe extern "C" fn enkai_tensor_reshape(x: i64, shape: *const c_char) -> i
 #[no_mangle]
 pub unsafe extern "C" fn enkai_tensor_view(x: i64, shape: *const c_char) -> i64 {
     guard(|| ops::view(x, &unsafe { dims_arg(shape, "shape", DimsRule::Target)? }))
-}
-
-/// `x.transpose(d0, d1)`; negative dims count from the end. Errors: `E_SHAPE` (dim out of range).
-#[no_mangle]
-pub extern "C" fn enkai_tensor_transpose(x: i64, d0: i64, d1: i64) -> i64 {
-    guard(|| ops::transpose(x, d0, d1))
 }
 
 /// `torch.cat` of the JSON handle list `handles` along `dim`.
@@ -84,25 +41,6 @@ pub extern "C" fn enkai_tensor_slice(x: i64, dim: i64, start: i64, end: i64, ste
     guard(|| ops::slice(x, dim, start, end, step))
 }
 
-/// Sum over `dim`, or over every dim when `dim < 0`; `keepdim` non-zero keeps
-/// reduced dims as 1. Errors: `E_SHAPE` (dim out of range).
-#[no_mangle]
-pub extern "C" fn enkai_tensor_sum(x: i64, dim: i64, keepdim: c_int) -> i64 {
-    guard(|| ops::reduce(Reduce::Sum, x, dim, keepdim != 0))
-}
-
-/// Mean over `dim`, or over every dim when `dim < 0`. Errors: `E_SHAPE`, `E_DTYPE` (integer input).
-#[no_mangle]
-pub extern "C" fn enkai_tensor_mean(x: i64, dim: i64, keepdim: c_int) -> i64 {
-    guard(|| ops::reduce(Reduce::Mean, x, dim, keepdim != 0))
-}
-
-/// `torch.softmax(x, dim)`. Errors: `E_SHAPE`, `E_DTYPE`.
-#[no_mangle]
-pub extern "C" fn enkai_tensor_softmax(x: i64, dim: i64) -> i64 {
-    guard(|| ops::softmax(x, dim))
-}
-
 /// `torch._masked_softmax(x, mask != 0, dim, mask_type)`: `mask` of any dtype,
 /// non-zero = masked out; a fully masked row gives zeros. `mask_type` 0: `[L,L]`
 /// mask for a `[B,H,L,L]` input, 1: `[B,L]` key-padding mask, 2: mask of x's shape.
@@ -117,30 +55,6 @@ pub extern "C" fn enkai_tensor_masked_softmax(x: i64, mask: i64, dim: i64, mask_
 #[no_mangle]
 pub extern "C" fn enkai_tensor_masked_softmax_backward(grad_out: i64, out: i64, mask: i64, dim: i64) -> i64 {
     guard(|| ops::masked_softmax_backward(grad_out, out, mask, dim))
-}
-
-/// `torch.relu(x)`. Errors: `E_DTYPE` (not floating).
-#[no_mangle]
-pub extern "C" fn enkai_tensor_relu(x: i64) -> i64 {
-    guard(|| ops::unary(Unary::Relu, x))
-}
-
-/// `torch.sigmoid(x)`. Errors: `E_DTYPE` (integer input).
-#[no_mangle]
-pub extern "C" fn enkai_tensor_sigmoid(x: i64) -> i64 {
-    guard(|| ops::unary(Unary::Sigmoid, x))
-}
-
-/// `torch.tanh(x)`. Errors: `E_DTYPE` (integer input).
-#[no_mangle]
-pub extern "C" fn enkai_tensor_tanh(x: i64) -> i64 {
-    guard(|| ops::unary(Unary::Tanh, x))
-}
-
-/// `torch.nn.functional.gelu(x)` with the exact erf form. Errors: `E_DTYPE`.
-#[no_mangle]
-pub extern "C" fn enkai_tensor_gelu(x: i64) -> i64 {
-    guard(|| ops::unary(Unary::Gelu, x))
 }
 
 /// `torch.nn.functional.dropout(x, p, training=train != 0)`; identity when
@@ -203,8 +117,3 @@ pub unsafe extern "C" fn enkai_tensor_to_dtype(x: i64, dtype: *const c_char) -> 
     guard(|| ops::to_dtype(x, unsafe { dtype_arg(dtype, "dtype")? }))
 }
 
-/// `x.detach()`: shares storage, records no gradient. Errors: `E_HANDLE_*` only.
-#[no_mangle]
-pub extern "C" fn enkai_tensor_detach(x: i64) -> i64 {
-    guard(|| ops::unary(Unary::Detach, x))
-}

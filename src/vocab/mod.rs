@@ -212,6 +212,15 @@ pub fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
     broadcast_dims(a, b).map(|d| d.to_vec())
 }
 
+/// `torch.matmul`'s shape rule: 1-D operands are promoted, batch dims broadcast.
+pub fn matmul_fits(a: &[i64], b: &[i64]) -> bool {
+    if a.is_empty() || b.is_empty() {
+        return false;
+    }
+    let k_b = if b.len() == 1 { b[0] } else { b[b.len() - 2] };
+    a[a.len() - 1] == k_b && broadcast(&a[..a.len().saturating_sub(2)], &b[..b.len().saturating_sub(2)]).is_some()
+}
+
 /// `broadcast`, kept off the heap for up to 8 dims.
 pub fn broadcast_dims(a: &[i64], b: &[i64]) -> Option<smallvec::SmallVec<[i64; 8]>> {
     let n = a.len().max(b.len());

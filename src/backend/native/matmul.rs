@@ -184,7 +184,13 @@ pub fn matmul_plain(a: &Raw, b: &Raw) -> Result<Raw> {
         crate::bail!(E_DTYPE, "matmul: inputs are {} and {}", a.dtype().name(), b.dtype().name());
     }
     if a.dtype() == DType::Bool {
-        crate::bail!(E_DTYPE, "matmul is not implemented for bool");
+        // PyTorch's CPU products return an empty or k = 0 result (all false)
+        // before dispatching on the dtype, and refuse bool otherwise.
+        if a.numel() > 0 && b.numel() > 0 {
+            crate::bail!(E_DTYPE, "matmul is not implemented for bool");
+        }
+        let u8 = |t: &Raw| super::ops::convert(t, DType::U8);
+        return super::ops::convert(&matmul_plain(&u8(a)?, &u8(b)?)?, DType::Bool);
     }
     let a2 = if a.dim() == 1 { unsqueeze(a, 0) } else { a.detached() };
     let b2 = if b.dim() == 1 { unsqueeze(b, 1) } else { b.detached() };

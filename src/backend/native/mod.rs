@@ -31,7 +31,7 @@ use crate::backend::{BackendId, Init};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::vocab::kinds::{Binary, Reduce, Unary};
+use crate::vocab::kinds::Binary;
 
 /// `a @ b`; in bf16 (or the autocast dtype) inside CPU autocast.
 pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
@@ -232,32 +232,14 @@ unsafe fn wrap_cpu(
 unsafe extern "C" fn keep(_ctx: *mut c_void) {}
 
 impl Ops for Native {
-    fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
-        matmul(a, b)
-    }
     fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
         ops::binary(op, a, b)
-    }
-    fn unary(op: Unary, x: &Raw) -> Result<Raw> {
-        ops::unary(op, x)
-    }
-    fn reshape(x: &Raw, shape: &[i64]) -> Result<Raw> {
-        ops::reshape(x, shape)
     }
     fn view(x: &Raw, shape: &[i64]) -> Result<Raw> {
         ops::view(x, shape)
     }
-    fn transpose(x: &Raw, d0: i64, d1: i64) -> Result<Raw> {
-        ops::transpose(x, d0, d1)
-    }
     fn slice(x: &Raw, dim: i64, start: i64, end: i64, step: i64) -> Result<Raw> {
         ops::slice(x, dim, start, end, step)
-    }
-    fn reduce(op: Reduce, x: &Raw, dim: Option<i64>, keepdim: bool) -> Result<Raw> {
-        ops::reduce(op, x, dim, keepdim)
-    }
-    fn softmax(x: &Raw, dim: i64) -> Result<Raw> {
-        nn::softmax(x, dim)
     }
     fn dropout(x: &Raw, p: f64, train: bool) -> Result<Raw> {
         nn::dropout(x, p, train)

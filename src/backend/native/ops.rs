@@ -327,8 +327,17 @@ fn view_strides(old: &[i64], old_strides: &[i64], shape: &[i64]) -> Option<Vec<i
 
 /// Resolves a `-1` and checks the element count.
 fn target_shape(op: &str, x: &Raw, shape: &[i64]) -> Result<Vec<i64>> {
+    // The typed functions' JSON parser has checked these already; `enkai_op`'s ints have not.
+    if let Some(d) = shape.iter().find(|&&d| d < -1) {
+        crate::bail!(E_INVALID_ARG, "{op}: invalid shape dimension {d} (only -1 may be inferred)");
+    }
+    if shape.iter().filter(|&&d| d == -1).count() > 1 {
+        crate::bail!(E_INVALID_ARG, "{op}: only one dimension may be -1, got {}", fmt(shape));
+    }
     let n = x.numel() as i64;
-    let known: i64 = shape.iter().filter(|&&d| d != -1).product();
+    let Some(known) = shape.iter().filter(|&&d| d != -1).try_fold(1i64, |k, &d| k.checked_mul(d)) else {
+        crate::bail!(E_SHAPE, "{op}: cannot reshape {} into {}", fmt(x.shape()), fmt(shape));
+    };
     let mut out = shape.to_vec();
     if let Some(i) = shape.iter().position(|&d| d == -1) {
         if known == 0 || n % known != 0 {
@@ -361,6 +370,15 @@ pub fn reshape(x: &Raw, shape: &[i64]) -> Result<Raw> {
 
 pub fn view(x: &Raw, shape: &[i64]) -> Result<Raw> {
     reshape(x, shape)
+}
+
+/// PyTorch's `view`: an error where the strides allow no view (`enkai_op`'s `view`).
+pub fn view_strict(x: &Raw, shape: &[i64]) -> Result<Raw> {
+    let target = target_shape("view", x, shape)?;
+    if view_strides(x.shape(), x.strides(), &target).is_none() {
+        crate::bail!(E_SHAPE, "view: the strides of {} allow no view of shape {} (use reshape, which copies)", fmt(x.shape()), fmt(shape));
+    }
+    reshape(x, &target)
 }
 
 fn transpose_plain(x: &Raw, d0: usize, d1: usize) -> Raw {

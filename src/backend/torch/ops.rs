@@ -9,7 +9,7 @@ use crate::backend::contract::Ops;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Code, Result};
-use crate::vocab::kinds::{Binary, Reduce, Unary};
+use crate::vocab::kinds::Binary;
 
 fn wrap(r: std::result::Result<tch::Tensor, tch::TchError>) -> Result<Raw> {
     r.map(Raw).map_err(torch_err)
@@ -17,14 +17,9 @@ fn wrap(r: std::result::Result<tch::Tensor, tch::TchError>) -> Result<Raw> {
 
 extern "C" {
     fn enkai_shim_binary(op: c_int, a: *const C_tensor, b: *const C_tensor, out: *mut *mut C_tensor) -> *mut c_char;
-    fn enkai_shim_unary(op: c_int, x: *const C_tensor, out: *mut *mut C_tensor) -> *mut c_char;
 }
 
 impl Ops for Torch {
-    fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
-        wrap(a.0.f_matmul(&b.0))
-    }
-
     // The shim skips the autograd layer when no input requires grad (see shim.cpp).
     fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
         let op = match op {
@@ -37,28 +32,8 @@ impl Ops for Torch {
         super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_binary(op, a.0.as_ptr(), b.0.as_ptr(), out) }).map(Raw)
     }
 
-    fn unary(op: Unary, x: &Raw) -> Result<Raw> {
-        let op = match op {
-            Unary::Relu => 0,
-            Unary::Sigmoid => 1,
-            Unary::Tanh => 2,
-            Unary::Gelu => 3,
-            Unary::Detach => return wrap(x.0.f_detach()),
-        };
-        // SAFETY: a live tensor for the call, a valid out-pointer.
-        super::shim_tensor(Code::E_TORCH, |out| unsafe { enkai_shim_unary(op, x.0.as_ptr(), out) }).map(Raw)
-    }
-
-    fn reshape(x: &Raw, shape: &[i64]) -> Result<Raw> {
-        wrap(x.0.f_reshape(shape))
-    }
-
     fn view(x: &Raw, shape: &[i64]) -> Result<Raw> {
         x.0.f_view_(shape).or_else(|_| x.0.f_reshape(shape)).map(Raw).map_err(torch_err)
-    }
-
-    fn transpose(x: &Raw, d0: i64, d1: i64) -> Result<Raw> {
-        wrap(x.0.f_transpose(d0, d1))
     }
 
     fn concat(ts: &[&Raw], dim: i64) -> Result<Raw> {
@@ -68,18 +43,6 @@ impl Ops for Torch {
 
     fn slice(x: &Raw, dim: i64, start: i64, end: i64, step: i64) -> Result<Raw> {
         wrap(x.0.f_slice(dim, start, end, step))
-    }
-
-    fn reduce(op: Reduce, x: &Raw, dim: Option<i64>, keepdim: bool) -> Result<Raw> {
-        let dims = dim.map(|d| vec![d]);
-        wrap(match op {
-            Reduce::Sum => x.0.f_sum_dim_intlist(dims.as_deref(), keepdim, None),
-            Reduce::Mean => x.0.f_mean_dim(dims.as_deref(), keepdim, None),
-        })
-    }
-
-    fn softmax(x: &Raw, dim: i64) -> Result<Raw> {
-        wrap(x.0.f_softmax(dim, None))
     }
 
     // libtorch's masked-softmax kernels divide by the softmax dimension's length

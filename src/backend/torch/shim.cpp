@@ -144,20 +144,6 @@ char* enkai_shim_binary(int op, const at::Tensor* a, const at::Tensor* b, at::Te
   });
 }
 
-char* enkai_shim_unary(int op, const at::Tensor* x, at::Tensor** out) {
-  return guarded([&] {
-    auto run = [&] {
-      switch (op) {
-        case 0: return at::relu(*x);
-        case 1: return at::sigmoid(*x);
-        case 2: return at::tanh(*x);
-        default: return at::gelu(*x);
-      }
-    };
-    *out = below_autograd_unless(x->requires_grad(), run);
-  });
-}
-
 // torch.zeros(shape, dtype) on the CPU: what at::zeros ends in (the CPU
 // allocator's empty tensor, then zero bytes, which are 0 in every dtype),
 // without its two trips through the dispatcher (about 1300 instructions of a

@@ -56,5 +56,5 @@ pub fn derive(name: &'static str, extra: &'static [&'static str], twin: &Row) ->
         })
         .collect();
     let cases: Vec<&'static str> = twin.cases.iter().chain(extra).copied().collect();
-    Row { name, sigs: Vec::leak(sigs), cases: Vec::leak(cases), ..*twin }
+    Row { name, sigs: Vec::leak(sigs), cases: Vec::leak(cases), c: &[], ..*twin }
 }

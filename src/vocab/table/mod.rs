@@ -81,12 +81,64 @@ pub struct Row {
     /// The native backend runs it (libtorch runs every row).
     pub native: bool,
     pub domain: Domain,
+    /// The typed C functions that run this op (`enkai_tensor_add`): generated
+    /// into `src/ffi/typed.rs` by `make header` (`tests/header.rs`).
+    pub c: &'static [CFn],
+}
+
+/// A typed C function of an op: one overload, with C parameters that map
+/// onto its parameters. The generated function runs the overload as
+/// `enkai_op` would (`crate::opcall::Typed`), so the two agree by construction.
+#[derive(Debug, Clone, Copy)]
+pub struct CFn {
+    pub name: &'static str,
+    /// `name.overload` as in the row's schema lines (`sum.dim_IntList`).
+    pub overload: &'static str,
+    /// The C parameters in order: (C name, kind). The tensors go to the
+    /// overload's Tensor parameters in order; the others name their parameter.
+    pub params: &'static [(&'static str, CArg)],
+    /// The header's doc comment (lines joined by `\n`), before the generated `# Safety`.
+    pub doc: &'static str,
+}
+
+/// How a C parameter becomes an argument of the overload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CArg {
+    /// `int64_t` handle: the next Tensor parameter.
+    Tensor,
+    /// `int64_t`: the int parameter of that name.
+    Int(&'static str),
+    /// `int`, non-zero = true: the bool parameter of that name.
+    Flag(&'static str),
+    /// `int64_t`: the `int[1]?` dim parameter of that name, every dim when
+    /// negative (the seed's `sum`/`mean`, kept for the client).
+    DimOrAll(&'static str),
+    /// `const char *` JSON shape with at most one `-1` (`json::DimsRule::Target`).
+    Target(&'static str),
+}
+
+/// A typed function of two tensors `a` and `b`.
+pub const fn c_binary(name: &'static str, overload: &'static str, doc: &'static str) -> CFn {
+    CFn { name, overload, params: &[("a", CArg::Tensor), ("b", CArg::Tensor)], doc }
+}
+
+/// A typed function of one tensor `x`.
+pub const fn c_unary(name: &'static str, overload: &'static str, doc: &'static str) -> CFn {
+    CFn { name, overload, params: &[("x", CArg::Tensor)], doc }
+}
+
+impl Row {
+    /// The row with typed C functions.
+    pub const fn with_c(self, c: &'static [CFn]) -> Row {
+        Row { c, ..self }
+    }
 }
 
 mod binary;
 mod create;
 mod index;
 mod inplace;
+mod linalg;
 mod pointwise;
 mod reduce;
 mod shape;
@@ -97,7 +149,7 @@ use Kind::*;
 
 /// The table, in sections by family; `crate::vocab::ops()` reads them in order,
 /// then the in-place forms derived from their out-of-place twins (`inplace::FORMS`).
-pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, shape::ROWS, index::ROWS, sort::ROWS, create::ROWS, inplace::ROWS];
+pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, linalg::ROWS, shape::ROWS, index::ROWS, sort::ROWS, create::ROWS, inplace::ROWS];
 
 /// Every row, in the table's order, with the index of each derived in-place
 /// form's twin. Called once, by `crate::vocab`'s table: the derived rows live
@@ -113,16 +165,16 @@ pub fn rows() -> Vec<(&'static Row, Option<usize>)> {
 
 /// A one-tensor elementwise op.
 pub const fn unary(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, domain: Domain) -> Row {
-    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain }
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain, c: &[] }
 }
 
 /// An elementwise op of several tensors (or a tensor and scalars).
 pub const fn pointwise(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool) -> Row {
-    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain: Any }
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain: Any, c: &[] }
 }
 
 /// Any other op.
 pub const fn other(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, cases: &'static [&'static str]) -> Row {
-    Row { name, cases, sigs, accept, out, kind: Other, grad, native: true, domain: Any }
+    Row { name, cases, sigs, accept, out, kind: Other, grad, native: true, domain: Any, c: &[] }
 }
 

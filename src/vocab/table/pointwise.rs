@@ -3,7 +3,7 @@
 use super::Accept::*;
 use super::Domain::*;
 use super::Out::*;
-use super::{unary, Row};
+use super::{c_unary, unary, Row};
 
 pub static ROWS: &[Row] = &[
     // ------------------------------------------------------ elementwise math
@@ -27,8 +27,10 @@ pub static ROWS: &[Row] = &[
     unary("cosh", &["cosh(Tensor self) -> Tensor"], All, ToFloat, true, Any),
     unary("erf", &["erf(Tensor self) -> Tensor"], All, ToFloat, true, Any),
     unary("erfc", &["erfc(Tensor self) -> Tensor"], All, ToFloat, true, Any),
-    unary("sigmoid", &["sigmoid(Tensor self) -> Tensor"], All, ToFloat, true, Any),
-    unary("tanh", &["tanh(Tensor self) -> Tensor"], All, ToFloat, true, Any),
+    unary("sigmoid", &["sigmoid(Tensor self) -> Tensor"], All, ToFloat, true, Any)
+        .with_c(&[c_unary("enkai_tensor_sigmoid", "sigmoid", "`torch.sigmoid(x)`; integer and bool inputs give fp32, as in PyTorch.")]),
+    unary("tanh", &["tanh(Tensor self) -> Tensor"], All, ToFloat, true, Any)
+        .with_c(&[c_unary("enkai_tensor_tanh", "tanh", "`torch.tanh(x)`; integer and bool inputs give fp32, as in PyTorch.")]),
     unary("abs", &["abs(Tensor self) -> Tensor"], Num, Same, true, Any),
     unary("neg", &["neg(Tensor self) -> Tensor"], Num, Same, true, Any),
     unary("sign", &["sign(Tensor self) -> Tensor"], All, Same, true, Any),
@@ -38,7 +40,8 @@ pub static ROWS: &[Row] = &[
     unary("round", &["round(Tensor self) -> Tensor", "round.decimals(Tensor self, *, int decimals) -> Tensor"], Num, Same, true, Any),
     unary("trunc", &["trunc(Tensor self) -> Tensor"], Num, Same, true, Any),
     unary("frac", &["frac(Tensor self) -> Tensor"], Float, Same, true, Any),
-    unary("relu", &["relu(Tensor self) -> Tensor"], Num, Same, true, Any),
+    unary("relu", &["relu(Tensor self) -> Tensor"], Num, Same, true, Any)
+        .with_c(&[c_unary("enkai_tensor_relu", "relu", "`torch.relu(x)`, in `x`'s dtype.\nErrors: `E_DTYPE` (bool, as in PyTorch).")]),
     unary("silu", &["silu(Tensor self) -> Tensor"], Float, Same, true, Any),
     unary("mish", &["mish(Tensor self) -> Tensor"], Float, Same, true, Any),
     unary("log_sigmoid", &["log_sigmoid(Tensor self) -> Tensor"], Float, Same, true, Any),
@@ -46,7 +49,8 @@ pub static ROWS: &[Row] = &[
     unary("hardtanh", &["hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor"], Num, Same, true, Any),
     unary("leaky_relu", &["leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor"], Float, Same, true, Any),
     unary("elu", &["elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor"], Float, Same, true, Any),
-    unary("gelu", &["gelu(Tensor self, *, str approximate=\"none\") -> Tensor"], Float, Same, true, Any),
+    unary("gelu", &["gelu(Tensor self, *, str approximate=\"none\") -> Tensor"], Float, Same, true, Any)
+        .with_c(&[c_unary("enkai_tensor_gelu", "gelu", "`torch.nn.functional.gelu(x)` with the exact erf form.\nErrors: `E_DTYPE` (not floating).")]),
     unary("hardsigmoid", &["hardsigmoid(Tensor self) -> Tensor"], Float, Same, true, Any),
     unary("hardswish", &["hardswish(Tensor self) -> Tensor"], Float, Same, true, Any),
     unary("selu", &["selu(Tensor self) -> Tensor"], Float, Same, true, Any),

@@ -2,7 +2,12 @@
 
 use super::Accept::*;
 use super::Out::*;
-use super::{other, Row};
+use super::{other, CArg, CFn, Row};
+
+/// The seed's typed reductions: `dim < 0` reduces every dim (not the last, as in PyTorch).
+const fn c_reduce(name: &'static str, overload: &'static str, doc: &'static str) -> CFn {
+    CFn { name, overload, params: &[("x", CArg::Tensor), ("dim", CArg::DimOrAll("dim")), ("keepdim", CArg::Flag("keepdim"))], doc }
+}
 
 const DIM1: &str = r#"{"inputs": [[3, 4]], "kwargs": {"dim": [1]}}"#;
 const DIMS_KEEP: &str = r#"{"inputs": [[3, 4]], "kwargs": {"dim": [-1, 0], "keepdim": true}}"#;
@@ -26,7 +31,12 @@ pub static ROWS: &[Row] = &[
         Kernel,
         true,
         &[DIM1, DIMS_KEEP, DIMS3, EMPTY, SCALAR, WHOLE, WHOLE_EMPTY],
-    ),
+    )
+    .with_c(&[c_reduce(
+        "enkai_tensor_sum",
+        "sum.dim_IntList",
+        "Sum over `dim`, or over every dim when `dim < 0`; `keepdim` non-zero keeps\nreduced dims as 1. Integer and bool inputs sum in int64, as `torch.sum`.\nErrors: `E_SHAPE` (dim out of range).",
+    )]),
     other(
         "mean",
         &["mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor", "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor"],
@@ -34,7 +44,12 @@ pub static ROWS: &[Row] = &[
         Kernel,
         true,
         &[DIM1, DIMS_KEEP, DIMS3, EMPTY, SCALAR, WHOLE, WHOLE0],
-    ),
+    )
+    .with_c(&[c_reduce(
+        "enkai_tensor_mean",
+        "mean.dim",
+        "Mean over `dim`, or over every dim when `dim < 0`; `keepdim` as `enkai_tensor_sum`.\nErrors: `E_SHAPE` (dim out of range), `E_DTYPE` (integer or bool input).",
+    )]),
     other(
         "prod",
         &["prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor", "prod(Tensor self, *, ScalarType? dtype=None) -> Tensor"],
@@ -158,6 +173,12 @@ pub static ROWS: &[Row] = &[
     ),
     other("cumsum", &["cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"], All, Kernel, true, &[ONE, r#"{"inputs": [[3, 4]], "kwargs": {"dim": -2}}"#, ONE_EMPTY, ONE0]),
     other("cumprod", &["cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"], All, Kernel, true, &[ONE, r#"{"inputs": [[3, 4]], "kwargs": {"dim": -2}}"#, ONE_EMPTY, ONE0]),
-    other("softmax", &["softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"], All, Same, true, &[ONE, r#"{"inputs": [[3, 4]], "kwargs": {"dim": -2}}"#, ONE_EMPTY, ONE0, r#"{"inputs": [[2, 3, 4]], "kwargs": {"dim": 1}}"#]),
+    other("softmax", &["softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"], All, Same, true, &[ONE, r#"{"inputs": [[3, 4]], "kwargs": {"dim": -2}}"#, ONE_EMPTY, ONE0, r#"{"inputs": [[2, 3, 4]], "kwargs": {"dim": 1}}"#])
+    .with_c(&[CFn {
+        name: "enkai_tensor_softmax",
+        overload: "softmax.int",
+        params: &[("x", CArg::Tensor), ("dim", CArg::Int("dim"))],
+        doc: "`torch.softmax(x, dim)`; negative dims count from the end.\nErrors: `E_SHAPE` (dim out of range), `E_DTYPE` (not floating).",
+    }]),
     other("log_softmax", &["log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"], All, Same, true, &[ONE, r#"{"inputs": [[3, 4]], "kwargs": {"dim": -2}}"#, ONE_EMPTY, ONE0, r#"{"inputs": [[2, 3, 4]], "kwargs": {"dim": 1}}"#]),
 ];

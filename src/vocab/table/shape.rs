@@ -3,7 +3,7 @@
 
 use super::Accept::*;
 use super::Out::*;
-use super::{other, Row};
+use super::{c_unary, other, CArg, CFn, Row};
 
 pub static ROWS: &[Row] = &[
     // ------------------------------------------------------------------ views
@@ -93,6 +93,46 @@ pub static ROWS: &[Row] = &[
         r#"{"inputs": [[]], "kwargs": {"source": 0, "destination": -1}}"#,
         r#"{"inputs": [[2, 3, 4]], "kwargs": {"source": [], "destination": []}}"#,
     ]),
+    other("transpose", &["transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"dim0": 0, "dim1": 2}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"dim0": -1, "dim1": 0}}"#,
+        r#"{"inputs": [[]], "kwargs": {"dim0": 0, "dim1": -1}}"#,
+        r#"{"inputs": [[0, 3]], "kwargs": {"dim0": 1, "dim1": 1}}"#,
+    ])
+    .with_c(&[CFn {
+        name: "enkai_tensor_transpose",
+        overload: "transpose.int",
+        params: &[("x", CArg::Tensor), ("d0", CArg::Int("dim0")), ("d1", CArg::Int("dim1"))],
+        doc: "`x.transpose(d0, d1)`, a view; negative dims count from the end.\nErrors: `E_SHAPE` (dim out of range).",
+    }]),
+    other("t", &["t(Tensor(a) self) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]]}"#,
+        r#"{"inputs": [[3]]}"#,
+        r#"{"inputs": [[]]}"#,
+        r#"{"inputs": [[2, 3, 4]]}"#,
+    ]),
+    other("reshape", &["reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"shape": [2, -1]}}"#,
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"shape": [24]}}"#,
+        r#"{"inputs": [[]], "kwargs": {"shape": [1, 1]}}"#,
+        r#"{"inputs": [[0, 4]], "kwargs": {"shape": [4, 0, -1]}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"shape": [5, -1]}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"shape": [-1, -1]}}"#,
+    ])
+    .with_c(&[CFn {
+        name: "enkai_tensor_reshape",
+        overload: "reshape",
+        params: &[("x", CArg::Tensor), ("shape", CArg::Target("shape"))],
+        doc: "`x.reshape(shape)`: a view when the strides allow one, else a copy;\n`shape` is a JSON array that may hold one `-1`.\nErrors: `E_NULL_POINTER`, `E_INVALID_ARG`, `E_SHAPE` (element count differs).",
+    }]),
+    other("view", &["view(Tensor(a) self, SymInt[] size) -> Tensor(a)"], All, Kernel, true, &[
+        r#"{"inputs": [[3, 4]], "kwargs": {"size": [4, 3]}}"#,
+        r#"{"inputs": [[2, 3, 4]], "kwargs": {"size": [-1, 4]}}"#,
+        r#"{"inputs": [[]], "kwargs": {"size": [1]}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"size": [12]}}"#,
+    ]),
+    other("detach", &["detach(Tensor(a) self) -> Tensor(a)"], All, Kernel, false, &[r#"{"inputs": [[3, 4]]}"#, r#"{"inputs": [[]]}"#])
+        .with_c(&[c_unary("enkai_tensor_detach", "detach", "`x.detach()`: shares storage, records no gradient.\nErrors: `E_HANDLE_*` only.")]),
     // ------------------------------------------------------------ copies
     other("stack", &["stack(Tensor[] tensors, int dim=0) -> Tensor"], All, Kernel, true, &[
         r#"{"inputs": [[[3, 4], [3, 4], [3, 4]]], "kwargs": {"dim": 1}}"#,

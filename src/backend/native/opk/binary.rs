@@ -352,7 +352,8 @@ fn add(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
 
 fn sub(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let dt = out_dt(call);
-    if dt == DType::Bool {
+    // Any bool operand, not only a bool result (PyTorch refuses `float - bool` too).
+    if ins.iter().flatten().any(|t| t.dtype() == DType::Bool) || matches!(call.scalar("other"), Some(Scalar::Bool(_))) {
         crate::bail!(E_DTYPE, "sub: subtraction with a bool tensor is not supported (use logical_xor / logical_not)");
     }
     let a = alpha(call, dt)?;

@@ -587,7 +587,32 @@ fn triu(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     tri(call, ins, false)
 }
 
+fn transpose(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    Ok(vec![ops::transpose(input(ins, 0), dim(call, "dim0") as i64, dim(call, "dim1") as i64)?])
+}
+
+fn t(_: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let x = input(ins, 0);
+    if x.dim() > 2 {
+        crate::bail!(E_SHAPE, "t: expects a tensor with at most 2 dims, got {}", fmt(x.shape()));
+    }
+    Ok(vec![ops::transpose(x, 0, x.dim().saturating_sub(1) as i64)?])
+}
+
+fn reshape(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    Ok(vec![ops::reshape(input(ins, 0), call.ints("shape").unwrap_or(&[]))?])
+}
+
+fn view(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    Ok(vec![ops::view_strict(input(ins, 0), call.ints("size").unwrap_or(&[]))?])
+}
+
 pub const KERNELS: &[(&str, Kernel)] = &[
+    ("transpose.int", transpose),
+    ("t", t),
+    ("reshape", reshape),
+    ("view", view),
+    ("detach", |_, ins| Ok(vec![input(ins, 0).detached()])),
     ("permute", permute),
     ("squeeze.dims", squeeze_dims),
     ("squeeze.dim", squeeze_dim),
