@@ -14,6 +14,7 @@ pub mod lm;
 pub mod op;
 pub mod ops;
 pub mod optim;
+pub mod safetensors;
 pub mod tensor;
 
 use std::ffi::{c_char, c_int, CStr};
