@@ -112,8 +112,10 @@ def test_files_written_here_read_by_the_reference(tmp_path, dtype):
     ref = {"a.weight": sample(dtype, (4, 3)), "b": sample(dtype, ()), "c": sample(dtype, (0,)),
            "d": sample(torch.float32, (2, 2), seed=3)}
     ours = {k: to_et(v) for k, v in ref.items()}
-    # a non-contiguous view: the file holds its values in row-major order
+    # views (non-contiguous, broadcast) are written as their values in row-major order; one tensor may go twice
     ours["t"], ref["t"] = ours["a.weight"].transpose(0, 1), ref["a.weight"].t().contiguous()
+    ours["x"], ref["x"] = et.op("expand", ours["b"], size=[2, 3]), ref["b"].expand(2, 3).contiguous()
+    ours["d.again"], ref["d.again"] = ours["d"], ref["d"].clone()
     path = tmp_path / "ours.safetensors"
     st.save_file(ours, path, metadata={"k": "v", "empty": ""})
     back = safetensors.torch.load_file(path)
@@ -131,7 +133,8 @@ def test_files_written_here_read_by_the_reference(tmp_path, dtype):
 
 def test_the_layout_is_the_reference_writers_byte_for_byte(tmp_path):
     ref = {f"n{i}": sample(d, (i % 3 + 1, 2), seed=i) for i, d in enumerate(DTYPES)}
-    ref.update({"z.scalar": sample(torch.float16, ()), "a.empty": sample(torch.int32, (0, 3)), "é": sample(torch.int8, (5,))})
+    ref.update({"z.scalar": sample(torch.float16, ()), "a.empty": sample(torch.int32, (0, 3)), "é": sample(torch.int8, (5,)),
+                'q"\\\n\t\u2028': sample(torch.uint8, (2,))})
     ours = tmp_path / "ours.safetensors"
     st.save_file({k: to_et(v) for k, v in ref.items()}, ours)
     theirs = tmp_path / "theirs.safetensors"

@@ -214,7 +214,9 @@ pub fn save(path: &str, names_json: &str, handles_json: &str, metadata_json: Opt
     let mut order = Vec::with_capacity(ts.len());
     for (name, t) in names.into_iter().zip(ts.iter()) {
         let (dtype, shape) = (imp::dtype(&t.raw)?, imp::shape(&t.raw));
-        let nbytes = tensor::numel_of(&shape)? * dtype.size();
+        let nbytes = tensor::numel_of(&shape)?
+            .checked_mul(dtype.size())
+            .ok_or_else(|| crate::err!(E_SHAPE, "tensor {name:?} of shape {shape:?} has more bytes than the address space"))?;
         order.push((Spec { name, dtype, shape, nbytes }, &t.raw));
     }
     order.sort_by(|(a, _), (b, _)| write_order(a.dtype, &a.name).cmp(&write_order(b.dtype, &b.name)));

@@ -358,8 +358,8 @@ mod tests {
         let mut names = [("b", DType::U8), ("a", DType::F64), ("c", DType::F64), ("d", DType::Bool), ("e", DType::BF16)];
         names.sort_by(|x, y| write_order(x.1, x.0).cmp(&write_order(y.1, y.0)));
         assert_eq!(names.map(|n| n.0), ["a", "c", "e", "b", "d"]);
-        let specs = [Spec { name: "w\"".into(), dtype: DType::BF16, shape: vec![], nbytes: 2 }];
+        let specs = [Spec { name: "w\"x".into(), dtype: DType::BF16, shape: vec![], nbytes: 2 }];
         let h = header(&specs, &BTreeMap::new());
-        assert_eq!(&h[8..], br#"{"w\"":{"dtype":"BF16","shape":[],"data_offsets":[0,2]}}       "#);
+        assert_eq!(&h[8..], br#"{"w\"x":{"dtype":"BF16","shape":[],"data_offsets":[0,2]}}       "#);
     }
 }
