@@ -171,7 +171,9 @@ pub fn write_atomic(path: &Path, feed: impl FnOnce(&mut dyn FnMut(&[u8]) -> Resu
     let name = path.file_name().ok_or_else(|| crate::err!(E_INVALID_ARG, "{} does not name a file", path.display()))?;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{}.tmp-{}-{seq}", name.to_string_lossy(), std::process::id()));
+    // The name's head only: a name near NAME_MAX would leave no room for the suffix.
+    let head: String = name.to_string_lossy().chars().take(64).collect();
+    let tmp = dir.join(format!(".{head}.tmp-{}-{seq}", std::process::id()));
     let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(|e| io_err("create", &tmp, e))?;
     let written = feed(&mut |b| file.write_all(b).map_err(|e| io_err("write", &tmp, e)))
         .and_then(|()| file.sync_all().map_err(|e| io_err("fsync", &tmp, e)))
