@@ -113,8 +113,8 @@ static void outcome(int failed) {
 }
 
 /* ---------- the model of live handles ---------- */
-enum { K_TENSOR, K_DEVICE, K_OPT, K_SCALER, K_N };
-static const char *const kind_names[K_N] = {"tensor", "device", "optimizer", "scaler"};
+enum { K_TENSOR, K_DEVICE, K_OPT, K_SCALER, K_ST, K_N };
+static const char *const kind_names[K_N] = {"tensor", "device", "optimizer", "scaler", "safetensors"};
 #define MAX_LIVE (1 << 17)
 #define MAX_DEAD 512
 typedef struct {
@@ -240,10 +240,11 @@ static void model_new_list(const char *json) {
 }
 
 static int (*const release_of[K_N])(int64_t) = {enkai_tensor_free, enkai_tensor_device_free, enkai_tensor_opt_free,
-                                                enkai_amp_scaler_free};
+                                                enkai_amp_scaler_free, enkai_safetensors_free};
 
 static int64_t (*const live_counter[K_N])(void) = {
-    enkai_tensor_live_tensors, enkai_tensor_live_devices, enkai_tensor_live_opts, enkai_tensor_live_scalers};
+    enkai_tensor_live_tensors, enkai_tensor_live_devices, enkai_tensor_live_opts, enkai_tensor_live_scalers,
+    enkai_tensor_live_safetensors};
 
 static void check_counters(void) {
     for (int k = 0; k < K_N; k++) {
@@ -1194,6 +1195,182 @@ OP(dlpack) {
     }
 }
 
+/* Safetensors files: saves of live tensors into a few paths, opens of them
+ * (and of hostile paths), queries and gets on live, stale and invented file
+ * handles, and a file-mutation mode: a valid small file with its length
+ * prefix, JSON text, offsets or size damaged, opened, and every name it
+ * lists got. Nothing may crash, and every handle is in the model. */
+static const char st_valid_header[] =
+    "{\"__metadata__\":{\"k\":\"v\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+    "\"b\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[24,40]},\"c\":{\"dtype\":\"BOOL\",\"shape\":[3],"
+    "\"data_offsets\":[40,43]},\"e\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[43,43]},"
+    "\"h\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[43,45]}}";
+
+static const char *st_path(int for_save) {
+    static char p[320];
+    static const char *const bad_open[] = {"", "/proc/self/nonexistent/x", "/dev/null", "/proc/self/maps", NULL};
+    if (chance(8)) {
+        if (!for_save) return PICK(bad_open);
+        /* never a device node: the rename would replace it */
+        switch (below(3)) {
+        case 0: return NULL;
+        case 1: return "";
+        default: snprintf(p, sizeof p, "%s/no/such/dir.safetensors", ckpt_root); return p;
+        }
+    }
+    if (chance(3)) return ckpt_root; /* a directory */
+    snprintf(p, sizeof p, "%s/st%d.safetensors", ckpt_root, below(4));
+    return p;
+}
+
+/* Names for a live tensor list written by live_tensor_list (distinct, or not). */
+static const char *st_names(const char *list) {
+    static char b[1024];
+    int n;
+    int64_t *hs = list_of(list, &n);
+    free(hs);
+    int dup = chance(5), off = snprintf(b, sizeof b, "[");
+    for (int i = 0; i < n; i++) {
+        if (chance(2)) off += snprintf(b + off, sizeof b - (size_t)off, "%s\"__metadata__\"", i ? "," : "");
+        else off += snprintf(b + off, sizeof b - (size_t)off, "%s\"t%d\"", i ? "," : "", dup ? 0 : i);
+    }
+    snprintf(b + off, sizeof b - (size_t)off, "]");
+    return b;
+}
+
+static void st_get(int64_t f, const char *name) {
+    int64_t dev = chance(90) ? cpu : handle(K_DEVICE);
+    CALL(enkai_safetensors_get); logcall("st_get(%" PRId64 ", %.40s, %" PRId64 ")", f, name ? name : "NULL", dev);
+    t_new(enkai_safetensors_get(f, name, dev));
+}
+
+/* Gets every name a file lists (names with escapes are taken as they stand). */
+static void st_get_all(int64_t f) {
+    char *out = NULL;
+    size_t n = 0;
+    CALL(enkai_safetensors_names); logcall("st_names(%" PRId64 ")", f);
+    int r = enkai_safetensors_names(f, &out, &n);
+    outcome(r != 0);
+    if (r != 0) return;
+    for (char *p = strchr(out, '"'); p; p = strchr(p, '"')) {
+        char *end = strchr(p + 1, '"');
+        if (!end) break;
+        *end = 0;
+        st_get(f, p + 1);
+        p = end + 1;
+    }
+    enkai_tensor_string_free(out);
+}
+
+static void st_open(const char *path) {
+    CALL(enkai_safetensors_open); logcall("st_open(%.80s)", path ? path : "NULL");
+    t_new(enkai_safetensors_open(path));
+}
+
+/* Writes the valid file, damaged, and opens it; then gets every name. */
+static void st_mutated(void) {
+    static unsigned char file[512];
+    size_t hn = strlen(st_valid_header), padded = (hn + 7) / 8 * 8, len = 8 + padded + 45;
+    uint64_t n = padded;
+    memcpy(file + 8, st_valid_header, hn);
+    memset(file + 8 + hn, ' ', padded - hn);
+    for (int i = 0; i < 45; i++) file[8 + padded + i] = (unsigned char)(i >= 40 && i < 43 ? i % 2 : i * 37);
+    for (int m = below(3) + 1; m > 0; m--) {
+        switch (below(6)) {
+        case 0: {
+            static const uint64_t lens[] = {0, 1, 7, 8, 100000000, 100000001, 1ULL << 62, UINT64_MAX};
+            n = chance(50) ? PICK(lens) : n + (uint64_t)(below(17) - 8);
+            break;
+        }
+        case 1:
+        case 2: { /* the JSON text */
+            static const char chars[] = "{}[],:\" 0123456789-eE.\\\xff";
+            file[8 + below((int)padded)] = (unsigned char)chars[below((int)sizeof chars - 1)];
+            break;
+        }
+        case 3: { /* a digit of the offsets or shapes */
+            char *d = strstr((char *)file + 8, chance(50) ? "data_offsets" : "shape");
+            if (d && d < (char *)file + 8 + padded - 20) d[15 + below(6)] = (char)('0' + below(10));
+            break;
+        }
+        case 4: len = (size_t)below((int)len + 1); break; /* truncated */
+        default: file[8 + padded + below(45)] ^= (unsigned char)(1 << below(8)); /* the data: a bool may become 2 */
+        }
+    }
+    memcpy(file, &n, 8); /* little-endian hosts */
+    /* Written beside and renamed over: tensors got from the previous file map
+     * it, and truncating a mapped file in place would fault at their next touch. */
+    char path[320], tmp[330];
+    snprintf(path, sizeof path, "%s/mutated.safetensors", ckpt_root);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(file, 1, len, f) != len || fclose(f) != 0 || rename(tmp, path) != 0) fail("cannot write %s", path);
+    CALL(enkai_safetensors_open); logcall("st_open(mutated, n %" PRIu64 ", len %zu)", n, len);
+    int64_t h = enkai_safetensors_open(path);
+    t_new(h);
+    if (!h) return;
+    st_get_all(h);
+    if (chance(50)) {
+        CALL(enkai_safetensors_free); logcall("st_free(%" PRId64 ")", h);
+        int r = enkai_safetensors_free(h);
+        outcome(r != 0);
+        if (r == 0) model_free(h);
+    }
+}
+
+OP(safetensors) {
+    static const char *const names[] = {"a", "b", "c", "e", "h", "t0", "t1", "__metadata__", "", "zz"};
+    int64_t f = handle(K_ST);
+    char *out = NULL;
+    size_t len = 0;
+    int r;
+    switch (below(9)) {
+    case 0: {
+        const char *path = st_path(1), *l = chance(85) ? live_tensor_list(0) : handle_list(0, K_TENSOR);
+        const char *nm = l == list_buf[0] && chance(90) ? st_names(l) : hostile_string();
+        const char *meta = chance(50) ? NULL : (chance(80) ? "{\"format\":\"pt\"}" : hostile_string());
+        if (chance(50)) {
+            CALL(enkai_safetensors_save); logcall("st_save(%.60s, %.60s, %.60s, %.20s)", path ? path : "NULL", nm ? nm : "NULL", l ? l : "NULL", meta ? meta : "NULL");
+            r = enkai_safetensors_save(path, nm, l, meta);
+        } else {
+            CALL(enkai_state_dict_save); logcall("state_dict_save(%.60s, %.60s, %.60s)", path ? path : "NULL", nm ? nm : "NULL", l ? l : "NULL");
+            r = enkai_state_dict_save(path, nm, l, meta);
+        }
+        outcome(r != 0);
+        return;
+    }
+    case 1: st_open(st_path(0)); return;
+    case 2: st_mutated(); return;
+    case 3: st_get(f, chance(95) ? PICK(names) : hostile_string()); return;
+    case 4: if (f && find_live(f) >= 0) st_get_all(f); return;
+    case 5: {
+        const char *nm = chance(95) ? PICK(names) : hostile_string();
+        CALL(enkai_safetensors_info); logcall("st_info(%" PRId64 ", %.40s)", f, nm ? nm : "NULL");
+        r = enkai_safetensors_info(f, nm, MAYBE_NULL(&out), MAYBE_NULL(&len));
+        break;
+    }
+    case 6:
+        CALL(enkai_safetensors_metadata); logcall("st_metadata(%" PRId64 ")", f);
+        r = enkai_safetensors_metadata(f, MAYBE_NULL(&out), MAYBE_NULL(&len));
+        break;
+    case 7:
+        CALL(enkai_safetensors_names); logcall("st_names(%" PRId64 ")", f);
+        r = enkai_safetensors_names(f, MAYBE_NULL(&out), MAYBE_NULL(&len));
+        break;
+    default:
+        CALL(enkai_safetensors_free); logcall("st_free(%" PRId64 ")", f);
+        r = enkai_safetensors_free(f);
+        outcome(r != 0);
+        if (r == 0) model_free(f);
+        return;
+    }
+    outcome(r != 0);
+    if (r == 0) {
+        if (!out || strlen(out) != len) fail("%s: output of %zu bytes is not its stated length", current, len);
+        enkai_tensor_string_free(out);
+    }
+}
+
 typedef struct {
     void (*fn)(void);
     int weight;
@@ -1275,6 +1452,7 @@ static const op_t ops[] = {
     {op_create, 14}, {op_from_data, 4}, {op_ids_u32, 2}, {op_device, 2}, {op_retain_free, 18}, {op_binary, 10},
     {op_unary, 10}, {op_layout, 9}, {op_nn, 6}, {op_data_out, 6}, {op_autograd, 8}, {op_optim, 5}, {op_amp, 4},
     {op_backend, 1}, {op_library, 2}, {op_generic, 12}, {op_lm, 2}, {op_checkpoint, 1}, {op_dist, 2}, {op_dlpack, 3},
+    {op_safetensors, 4},
 };
 
 #define SLOW_S 10.0
@@ -1366,7 +1544,8 @@ int main(int argc, char **argv) {
     for (call_no = 0; call_no < calls; call_no++) {
         if (call_no == calls / 10) rss_start = rss_kb();
         /* Keep the pools from growing without bound: free more when they are large. */
-        if (n_live[K_TENSOR] > 400 || n_live[K_OPT] > 40 || n_live[K_SCALER] > 40 || n_live[K_DEVICE] > 40) {
+        if (n_live[K_TENSOR] > 400 || n_live[K_OPT] > 40 || n_live[K_SCALER] > 40 || n_live[K_DEVICE] > 40 ||
+            n_live[K_ST] > 40) {
             for (int k = 0; k < K_N; k++)
                 while (n_live[k] > (k == K_TENSOR ? 200 : 20)) {
                     int i = below(n_live[k]);

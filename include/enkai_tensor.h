@@ -808,6 +808,11 @@ int64_t enkai_tensor_live_opts(void);
 int64_t enkai_tensor_live_scalers(void);
 
 /**
+ * Number of live safetensors handles (open files). Never fails.
+ */
+int64_t enkai_tensor_live_safetensors(void);
+
+/**
  * Creates a TinyLM's parameters (pre-norm GPT, `randn·0.02` matrices from
  * `seed`, norm weights 1, biases 0; fp32, requiring grad) on `dev` and
  * writes their handles as a JSON array to `*out`, in this order:
@@ -1235,6 +1240,129 @@ int enkai_opt_set_lr(int64_t opt, int64_t group, double lr);
  * `E_INVALID_ARG`, `E_HANDLE_*`, `E_TORCH`.
  */
 int enkai_opt_param_group_step(int64_t opt, int64_t group);
+
+/**
+ * Opens the safetensors file at `path` and validates its whole header as the
+ * reference implementation does (length at most 100,000,000 bytes and
+ * inside the file; a UTF-8 JSON object; each tensor a known dtype, a shape
+ * and `data_offsets` whose size matches; the tensors back to back, covering
+ * the data section exactly; no name twice; `__metadata__` an object of
+ * strings), so a file it refuses is refused here, never at a `get`. The
+ * format's dtypes the library cannot hold (F8_*, F4, F6_*, U16, U32, U64,
+ * C64) are accepted here and refused by `enkai_safetensors_get`. The file
+ * must not be truncated while tensors got from it live (as with any
+ * memory-mapped file). Returns a safetensors handle owned by the caller
+ * (free it with `enkai_safetensors_free`; counted by
+ * `enkai_tensor_live_safetensors`), or 0 with `E_NULL_POINTER`,
+ * `E_INVALID_ARG` (empty path, not UTF-8), `E_CKPT_MISSING` (no such file),
+ * `E_CKPT_IO` (unreadable, not a regular file), `E_CKPT_FORMAT` (any fault
+ * of the file, the message naming the file, the tensor and the fault).
+ *
+ * # Safety
+ * `path` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_safetensors_open(const char *path);
+
+/**
+ * Frees a safetensors handle. Tensors got from it stay valid: each holds
+ * its own mapping. Returns 0, or 1 with `E_HANDLE_*`.
+ */
+int enkai_safetensors_free(int64_t st);
+
+/**
+ * Writes the tensor names of `st` as a JSON array, in file (offset) order,
+ * to `*out` (`malloc`ed, NUL-terminated, `*out_len` bytes without the NUL;
+ * free with `enkai_tensor_string_free`). Returns 0, or 1 with
+ * `E_NULL_POINTER`, `E_HANDLE_*`; on error the outs are untouched.
+ *
+ * # Safety
+ * `out` and `out_len` are NULL or valid for one write.
+ */
+int enkai_safetensors_names(int64_t st, char **out, size_t *out_len);
+
+/**
+ * Writes `{"dtype":"F32","shape":[2,3]}` for tensor `name` of `st` to `*out`
+ * (the format's dtype names: BOOL, U8, I8, I16, I32, I64, F16, BF16, F32,
+ * F64, and those the library cannot hold); outputs as
+ * `enkai_safetensors_names`. Returns 0, or 1 with `E_NULL_POINTER`,
+ * `E_INVALID_ARG` (no such name), `E_HANDLE_*`.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string; `out` and `out_len` are NULL or
+ * valid for one write.
+ */
+int enkai_safetensors_info(int64_t st, const char *name, char **out, size_t *out_len);
+
+/**
+ * Tensor `name` of `st` on device `dev` (a device handle), made by the
+ * active backend, with the file's dtype and shape. On the CPU it is
+ * zero-copy on both backends: the file's bytes in place, through a private
+ * copy-on-write mapping of its own, so a write into it (an in-place op, an
+ * optimizer step) lands on pages only that tensor and its views see: the
+ * file and the other tensors got from it never change. It stays valid
+ * after `enkai_safetensors_free`. A tensor whose bytes are not aligned to
+ * its element size (the reference writer always aligns them) and any
+ * tensor on CUDA are copies. Returns a tensor handle owned by the caller,
+ * or 0 with `E_NULL_POINTER`, `E_INVALID_ARG` (no such name), `E_DTYPE` (a
+ * dtype the library cannot hold), `E_HANDLE_*`, `E_DEVICE`,
+ * `E_BACKEND_UNAVAILABLE`, `E_CKPT_FORMAT` (a BOOL byte other than 0 or 1,
+ * or the file shrank since it was opened), `E_CKPT_IO` (mapping failed).
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_safetensors_get(int64_t st, const char *name, int64_t dev);
+
+/**
+ * Writes the file's `__metadata__` map to `*out` as a JSON object of
+ * strings (`{}` when it has none); outputs as `enkai_safetensors_names`.
+ * Returns 0, or 1 with `E_NULL_POINTER`, `E_HANDLE_*`.
+ *
+ * # Safety
+ * `out` and `out_len` are NULL or valid for one write.
+ */
+int enkai_safetensors_metadata(int64_t st, char **out, size_t *out_len);
+
+/**
+ * Writes the tensors of the JSON handle list `handles_json` under the names
+ * of the JSON string list `names_json` (same length) to a safetensors file
+ * at `path` that the reference `safetensors` package reads, with
+ * `metadata_json` (a JSON object of strings; NULL for none) as its
+ * `__metadata__`. Tensors of any dtype, layout and device are written as
+ * contiguous little-endian bytes; the layout is the reference writer's
+ * (tensors sorted by dtype alignment, largest first, then by name; the
+ * header padded with spaces to a multiple of 8 bytes), so every tensor can
+ * be mapped in place. Atomic: a temporary file in the same directory,
+ * fsynced, renamed over `path`, then the directory fsynced; an error leaves
+ * neither the file nor a temporary. Returns 0, or 1 with `E_NULL_POINTER`,
+ * `E_INVALID_ARG` (bad JSON, lengths differ, a name twice or
+ * `__metadata__`, empty path, header over the format's limit),
+ * `E_HANDLE_*`, `E_CKPT_IO` (the write failed).
+ *
+ * # Safety
+ * `path`, `names_json` and `handles_json` are NULL or NUL-terminated
+ * strings; `metadata_json` is NULL or a NUL-terminated string.
+ */
+int enkai_safetensors_save(const char *path,
+                           const char *names_json,
+                           const char *handles_json,
+                           const char *metadata_json);
+
+/**
+ * Writes trained parameters `params_json` (a JSON handle list) under the
+ * names `names_json` as a safetensors file that
+ * `torch.nn.Module.load_state_dict(safetensors.torch.load_file(path))`
+ * takes: each parameter's values, dtype and shape under its name (the
+ * values only: no gradient, no optimizer state). Arguments, atomicity and
+ * errors as `enkai_safetensors_save`.
+ *
+ * # Safety
+ * As `enkai_safetensors_save`.
+ */
+int enkai_state_dict_save(const char *path,
+                          const char *names_json,
+                          const char *params_json,
+                          const char *metadata_json);
 
 /**
  * Adds a reference to a tensor handle. Returns 0, or 1 with `E_HANDLE_*`.

@@ -284,7 +284,7 @@ unsafe fn check(m: *mut DLManagedTensorVersioned) -> Result<ForeignView> {
     Ok(ForeignView { data, shape, strides, dtype, device, read_only: flags & FLAG_READ_ONLY != 0 })
 }
 
-fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
+pub fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
     let mut strides = vec![1i64; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         strides[i] = strides[i + 1].saturating_mul(shape[i + 1].max(1));

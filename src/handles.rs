@@ -30,6 +30,7 @@ pub enum HandleKind {
     Device = 2,
     Optimizer = 3,
     Scaler = 4,
+    Safetensors = 5,
 }
 
 impl HandleKind {
@@ -39,6 +40,7 @@ impl HandleKind {
             HandleKind::Device => "device",
             HandleKind::Optimizer => "optimizer",
             HandleKind::Scaler => "scaler",
+            HandleKind::Safetensors => "safetensors",
         }
     }
 
@@ -48,6 +50,7 @@ impl HandleKind {
             2 => HandleKind::Device,
             3 => HandleKind::Optimizer,
             4 => HandleKind::Scaler,
+            5 => HandleKind::Safetensors,
             _ => return None,
         })
     }

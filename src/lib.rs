@@ -28,6 +28,7 @@ pub mod lm;
 pub mod ops;
 pub mod optim;
 pub mod registry;
+pub mod safetensors;
 mod spinlock;
 pub mod tensor;
 pub mod threads;

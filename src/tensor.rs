@@ -48,7 +48,7 @@ pub fn numel_of(shape: &[i64]) -> Result<usize> {
 }
 
 /// The active backend and the device behind `dev`, checked to fit each other.
-fn target(dev: i64) -> Result<(backend::BackendId, Device)> {
+pub fn target(dev: i64) -> Result<(backend::BackendId, Device)> {
     let d = device(dev)?;
     let b = backend::active_built()?;
     b.check_device(d)?;

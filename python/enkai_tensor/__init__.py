@@ -847,7 +847,8 @@ def backend_current() -> str:
 def live() -> Dict[str, int]:
     """Live handle counts per kind."""
     return {"tensors": lib.enkai_tensor_live_tensors(), "devices": lib.enkai_tensor_live_devices(),
-            "opts": lib.enkai_tensor_live_opts(), "scalers": lib.enkai_tensor_live_scalers()}
+            "opts": lib.enkai_tensor_live_opts(), "scalers": lib.enkai_tensor_live_scalers(),
+            "safetensors": lib.enkai_tensor_live_safetensors()}
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

@@ -162,6 +162,29 @@ impl<'a> HashingReader<'a> {
     }
 }
 
+/// Writes the file `feed` produces at `path` atomically: into a new
+/// temporary file beside it (same file system, so the rename is atomic),
+/// fsynced, renamed over `path`, then the directory fsynced. A failure
+/// removes the temporary and leaves whatever was at `path` as it was.
+pub fn write_atomic(path: &Path, feed: impl FnOnce(&mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()>) -> Result<()> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = path.file_name().ok_or_else(|| crate::err!(E_INVALID_ARG, "{} does not name a file", path.display()))?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // The name's head only: a name near NAME_MAX would leave no room for the suffix.
+    let head: String = name.to_string_lossy().chars().take(64).collect();
+    let tmp = dir.join(format!(".{head}.tmp-{}-{seq}", std::process::id()));
+    let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(|e| io_err("create", &tmp, e))?;
+    let written = feed(&mut |b| file.write_all(b).map_err(|e| io_err("write", &tmp, e)))
+        .and_then(|()| file.sync_all().map_err(|e| io_err("fsync", &tmp, e)))
+        .and_then(|()| fs::rename(&tmp, path).map_err(|e| io_err("rename", &tmp, e)));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
+    fsync_dir(dir)
+}
+
 pub fn hex(digest: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -6,9 +6,8 @@
 //! made). Ranked saves (`ranked`) put each rank's files under `rank{r}/` and
 //! list every rank's hashes in `manifest.json`.
 
-mod fsutil;
+pub(crate) mod fsutil;
 mod ranked;
-pub mod safetensors;
 
 pub use ranked::{load_ranked, load_ranked_scaler, save_ranked};
 
@@ -23,7 +22,7 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::optim::{self, Hyper};
 use crate::registry::TENSORS;
-use crate::{json as ijson, tensor};
+use crate::{json as ijson, safetensors, tensor};
 use fsutil::plain_name;
 
 const FORMAT: u64 = 1;
@@ -323,11 +322,11 @@ fn read_tensors(r: &mut fsutil::HashingReader, what: &str) -> std::result::Resul
     let mut header = vec![0u8; safetensors::header_len(prefix, r.len(), what)?];
     r.read_into(&mut header)?;
     let data_start = r.pos();
-    let (layouts, metadata) = safetensors::parse_header(&header, r.len() - data_start, what)?;
+    let (layouts, metadata) = safetensors::parse_header(&header, r.len() - data_start, safetensors::Tiling::Disjoint, what)?;
     let mut tensors = BTreeMap::new();
     for l in layouts {
         r.skip(data_start + l.begin - r.pos())?;
-        let raw = imp::filled_cpu(backend::active(), &l.shape, l.dtype, |dst| r.read_into(dst))?;
+        let raw = imp::filled_cpu(backend::active(), &l.shape, l.dtype()?, |dst| r.read_into(dst))?;
         tensors.insert(l.name, raw);
     }
     Ok(Loaded::Tensors(tensors, metadata))

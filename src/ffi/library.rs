@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int};
 
 use super::guard;
 use crate::error;
-use crate::registry::{DEVICES, OPTIMIZERS, SCALERS, TENSORS};
+use crate::registry::{DEVICES, OPTIMIZERS, SAFETENSORS, SCALERS, TENSORS};
 
 /// The ABI version as `major << 32 | minor << 16 | patch` (the SONAME is
 /// `libenkai_tensor.so.<major>`). Never fails; like every entry, it clears
@@ -93,4 +93,10 @@ pub extern "C" fn enkai_tensor_live_opts() -> i64 {
 #[no_mangle]
 pub extern "C" fn enkai_tensor_live_scalers() -> i64 {
     guard(|| Ok(SCALERS.live()))
+}
+
+/// Number of live safetensors handles (open files). Never fails.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_live_safetensors() -> i64 {
+    guard(|| Ok(SAFETENSORS.live()))
 }

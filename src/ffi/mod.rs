@@ -14,6 +14,7 @@ pub mod lm;
 pub mod op;
 pub mod ops;
 pub mod optim;
+pub mod safetensors;
 pub mod tensor;
 pub mod typed;
 

@@ -1,0 +1,231 @@
+//! Safetensors files by tensor name: `open` validates a file's whole header
+//! and registers it as a handle; `get` maps one tensor's bytes in place;
+//! `save` writes named tensors atomically.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::c_void;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use super::{header, header_len, parse_header, write_order, Layout, Spec, Tiling, MAX_HEADER};
+use crate::backend::imp;
+use crate::checkpoint::fsutil;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::registry::{SAFETENSORS, TENSORS};
+use crate::{json, tensor};
+
+/// An open file: its validated header, and the descriptor `get` maps from.
+pub struct SafeFile {
+    path: String,
+    file: File,
+    data_start: u64,
+    /// In file (offset) order.
+    layouts: Vec<Layout>,
+    by_name: HashMap<String, usize>,
+    metadata: BTreeMap<String, String>,
+}
+
+impl SafeFile {
+    fn layout(&self, name: &str) -> Result<&Layout> {
+        match self.by_name.get(name) {
+            Some(&i) => Ok(&self.layouts[i]),
+            None => crate::bail!(E_INVALID_ARG, "{}: no tensor named {name:?}", self.path),
+        }
+    }
+}
+
+fn path_arg(path: &str) -> Result<&Path> {
+    if path.is_empty() {
+        crate::bail!(E_INVALID_ARG, "the path is an empty string");
+    }
+    Ok(Path::new(path))
+}
+
+fn read_at(file: &File, buf: &mut [u8], at: u64, path: &str) -> Result<()> {
+    file.read_exact_at(buf, at).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => crate::err!(E_CKPT_FORMAT, "{path}: the file shrank while its header was read"),
+        _ => fsutil::io_err("read", Path::new(path), e),
+    })
+}
+
+/// Opens and validates `path`; a new handle of kind safetensors.
+pub fn open(path: &str) -> Result<i64> {
+    let p = path_arg(path)?;
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (regular files ignore it).
+    let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(p).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => crate::err!(E_CKPT_MISSING, "{path} does not exist"),
+        _ => fsutil::io_err("open", p, e),
+    })?;
+    let stat = file.metadata().map_err(|e| fsutil::io_err("stat", p, e))?;
+    if !stat.is_file() {
+        crate::bail!(E_CKPT_IO, "{path} is not a regular file");
+    }
+    let len = stat.len();
+    if len < 8 {
+        crate::bail!(E_CKPT_FORMAT, "{path}: {len} bytes is too short for a safetensors file (it starts with an 8-byte header length)");
+    }
+    let mut prefix = [0u8; 8];
+    read_at(&file, &mut prefix, 0, path)?;
+    let mut text = vec![0u8; header_len(prefix, len, path)?];
+    read_at(&file, &mut text, 8, path)?;
+    let data_start = 8 + text.len() as u64;
+    let (layouts, metadata) = parse_header(&text, len - data_start, Tiling::Exact, path)?;
+    let by_name = layouts.iter().enumerate().map(|(i, l)| (l.name.clone(), i)).collect();
+    SAFETENSORS.insert(SafeFile { path: path.into(), file, data_start, layouts, by_name, metadata })
+}
+
+/// The tensor names as a JSON array, in file (offset) order.
+pub fn names(st: i64) -> Result<String> {
+    let f = SAFETENSORS.get(st)?;
+    Ok(serde_json::Value::from(f.layouts.iter().map(|l| l.name.as_str()).collect::<Vec<_>>()).to_string())
+}
+
+/// `{"dtype":"F32","shape":[..]}` of tensor `name`, in the format's dtype names.
+pub fn info(st: i64, name: &str) -> Result<String> {
+    let f = SAFETENSORS.get(st)?;
+    let l = f.layout(name)?;
+    Ok(format!("{{\"dtype\":\"{}\",\"shape\":{}}}", l.format.name, json::write_int_list(&l.shape)))
+}
+
+/// The `__metadata__` map as a JSON object (`{}` when the file has none).
+pub fn metadata(st: i64) -> Result<String> {
+    let f = SAFETENSORS.get(st)?;
+    Ok(serde_json::Value::Object(f.metadata.iter().map(|(k, v)| (k.clone(), v.as_str().into())).collect()).to_string())
+}
+
+/// A private, copy-on-write mapping of bytes `[at, at + len)` of a file:
+/// writes land on pages of its own, so neither the file nor any other
+/// mapping of it ever sees them.
+struct Mapping {
+    base: *mut c_void,
+    size: usize,
+    skip: usize,
+    len: usize,
+}
+
+// SAFETY: plain memory owned by this value alone, unmapped once, on drop.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn new(file: &File, at: u64, len: usize) -> std::io::Result<Mapping> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+        let skip = (at % page) as usize;
+        let (size, offset) = (skip + len, libc::off_t::try_from(at - skip as u64).map_err(std::io::Error::other)?);
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a fresh private mapping of a descriptor we hold; nothing else refers to it yet.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), size, prot, libc::MAP_PRIVATE, file.as_raw_fd(), offset) };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapping { base, size, skip, len })
+    }
+
+    fn data(&self) -> *mut c_void {
+        // SAFETY: `skip` < the page size <= `size`.
+        unsafe { self.base.cast::<u8>().add(self.skip).cast() }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping holds `len` bytes from `data()` while self lives.
+        unsafe { std::slice::from_raw_parts(self.data().cast(), self.len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `new`, unmapped only here.
+        unsafe { libc::munmap(self.base, self.size) };
+    }
+}
+
+/// The release callback of a tensor over a mapping: its storage died.
+unsafe extern "C" fn unmap(ctx: *mut c_void) {
+    // SAFETY: `ctx` is the Box `get` leaked, released exactly once by the backend.
+    drop(unsafe { Box::from_raw(ctx.cast::<Mapping>()) });
+}
+
+/// Tensor `name` of file `st` on device `dev`, made by the active backend.
+/// On the CPU it is the file's bytes in place, through a private mapping of
+/// its own (see `Mapping`), alive as long as the tensor and its views, even
+/// after the file handle is freed. Bytes not aligned to the element size
+/// (a writer other than the reference's) and other devices get a copy.
+pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
+    let f = SAFETENSORS.get(st)?;
+    let l = f.layout(name)?;
+    let dtype = l.dtype()?;
+    let (b, d) = tensor::target(dev)?;
+    let len = usize::try_from(l.end - l.begin).map_err(|_| crate::err!(E_RESOURCE, "tensor {name:?} is larger than the address space"))?;
+    if len == 0 {
+        return tensor::register(b, imp::from_bytes(b, &[], &l.shape, dtype, d)?);
+    }
+    // Mapping past the end of a file that shrank since `open` would fault at the first touch.
+    let now = f.file.metadata().map_err(|e| fsutil::io_err("stat", Path::new(&f.path), e))?.len();
+    if now < f.data_start + l.end {
+        crate::bail!(E_CKPT_FORMAT, "{}: the file shrank to {now} bytes since it was opened", f.path);
+    }
+    let map = Mapping::new(&f.file, f.data_start + l.begin, len).map_err(|e| fsutil::io_err("map", Path::new(&f.path), e))?;
+    if dtype == DType::Bool {
+        if let Some(i) = map.bytes().iter().position(|&x| x > 1) {
+            crate::bail!(E_CKPT_FORMAT, "{}: tensor {name:?} has bool byte {i} = {} (must be 0 or 1)", f.path, map.bytes()[i]);
+        }
+    }
+    let raw = if d == Device::Cpu && map.data() as usize % dtype.size() == 0 {
+        let (data, strides) = (map.data(), crate::dlpack::contiguous_strides(&l.shape));
+        let ctx = Box::into_raw(Box::new(map)).cast();
+        // SAFETY: the mapping holds the tensor's extent until `unmap(ctx)`,
+        // which the backend runs exactly once, on failure too.
+        unsafe { imp::wrap_foreign(b, data, &l.shape, &strides, dtype, d, unmap, ctx)? }
+    } else {
+        imp::from_bytes(b, map.bytes(), &l.shape, dtype, d)?
+    };
+    tensor::register(b, raw)
+}
+
+/// Writes the tensors `handles_json` under the names `names_json` with
+/// `metadata_json` (a JSON object of strings, None for none), laid out as
+/// the reference writer lays them out (`write_order`), atomically.
+pub fn save(path: &str, names_json: &str, handles_json: &str, metadata_json: Option<&str>) -> Result<()> {
+    let p = path_arg(path)?;
+    let names: Vec<String> =
+        serde_json::from_str(names_json).map_err(|e| crate::err!(E_INVALID_ARG, "names_json is not a JSON array of strings: {e}"))?;
+    let hs = json::handle_list(handles_json)?;
+    if names.len() != hs.len() {
+        crate::bail!(E_INVALID_ARG, "{} names for {} tensors", names.len(), hs.len());
+    }
+    let mut seen = HashSet::new();
+    for n in &names {
+        if n == "__metadata__" {
+            crate::bail!(E_INVALID_ARG, "\"__metadata__\" is the format's own key, not a tensor name");
+        }
+        if !seen.insert(n) {
+            crate::bail!(E_INVALID_ARG, "the name {n:?} appears twice");
+        }
+    }
+    let metadata: BTreeMap<String, String> = match metadata_json {
+        None => BTreeMap::new(),
+        Some(t) => serde_json::from_str(t).map_err(|e| crate::err!(E_INVALID_ARG, "metadata_json is not a JSON object of strings: {e}"))?,
+    };
+    let ts = TENSORS.get_many(&hs)?;
+    let mut order = Vec::with_capacity(ts.len());
+    for (name, t) in names.into_iter().zip(ts.iter()) {
+        let (dtype, shape) = (imp::dtype(&t.raw)?, imp::shape(&t.raw));
+        let nbytes = tensor::numel_of(&shape)?
+            .checked_mul(dtype.size())
+            .ok_or_else(|| crate::err!(E_SHAPE, "tensor {name:?} of shape {shape:?} has more bytes than the address space"))?;
+        order.push((Spec { name, dtype, shape, nbytes }, &t.raw));
+    }
+    order.sort_by(|(a, _), (b, _)| write_order(a.dtype, &a.name).cmp(&write_order(b.dtype, &b.name)));
+    let header = header(order.iter().map(|(s, _)| s), &metadata);
+    if header.len() as u64 - 8 > MAX_HEADER {
+        crate::bail!(E_INVALID_ARG, "the header would be {} bytes, over the format's limit of {MAX_HEADER}", header.len() - 8);
+    }
+    fsutil::write_atomic(p, |sink| {
+        sink(&header)?;
+        order.iter().try_for_each(|(_, t)| imp::with_bytes(t, |b| sink(b)))
+    })
+}
