@@ -952,53 +952,14 @@ int64_t enkai_op(const char *name,
 struct EnkaiSlice enkai_op_schema(void);
 
 /**
- * `torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast.
- * Errors: `E_SHAPE` (`matmul [2,3] x [4,5]`), `E_DTYPE` (dtypes differ).
- */
-int64_t enkai_tensor_matmul(int64_t a, int64_t b);
-
-/**
- * `a + b` with broadcasting and PyTorch's type promotion. Errors: `E_SHAPE`.
- */
-int64_t enkai_tensor_add(int64_t a, int64_t b);
-
-/**
- * `a - b` with broadcasting. Errors: `E_SHAPE`.
- */
-int64_t enkai_tensor_sub(int64_t a, int64_t b);
-
-/**
- * `a * b` (elementwise) with broadcasting. Errors: `E_SHAPE`.
- */
-int64_t enkai_tensor_mul(int64_t a, int64_t b);
-
-/**
- * `a / b` (true division) with broadcasting. Errors: `E_SHAPE`.
- */
-int64_t enkai_tensor_div(int64_t a, int64_t b);
-
-/**
- * `x.reshape(shape)`; `shape` is a JSON array that may hold one `-1`.
- * Errors: `E_NULL_POINTER`, `E_INVALID_ARG`, `E_SHAPE` (element count differs).
- *
- * # Safety
- * `shape` is NULL or a NUL-terminated string.
- */
-int64_t enkai_tensor_reshape(int64_t x, const char *shape);
-
-/**
- * `x.view(shape)`, falling back to a copy when the strides allow no view.
+ * `x.view(shape)`, falling back to a copy when the strides allow no view
+ * (where `enkai_op`'s `view` is an error, as PyTorch's).
  * Errors as `enkai_tensor_reshape`.
  *
  * # Safety
  * `shape` is NULL or a NUL-terminated string.
  */
 int64_t enkai_tensor_view(int64_t x, const char *shape);
-
-/**
- * `x.transpose(d0, d1)`; negative dims count from the end. Errors: `E_SHAPE` (dim out of range).
- */
-int64_t enkai_tensor_transpose(int64_t x, int64_t d0, int64_t d1);
 
 /**
  * `torch.cat` of the JSON handle list `handles` along `dim`.
@@ -1016,22 +977,6 @@ int64_t enkai_tensor_concat(const char *handles, int64_t dim);
 int64_t enkai_tensor_slice(int64_t x, int64_t dim, int64_t start, int64_t end, int64_t step);
 
 /**
- * Sum over `dim`, or over every dim when `dim < 0`; `keepdim` non-zero keeps
- * reduced dims as 1. Errors: `E_SHAPE` (dim out of range).
- */
-int64_t enkai_tensor_sum(int64_t x, int64_t dim, int keepdim);
-
-/**
- * Mean over `dim`, or over every dim when `dim < 0`. Errors: `E_SHAPE`, `E_DTYPE` (integer input).
- */
-int64_t enkai_tensor_mean(int64_t x, int64_t dim, int keepdim);
-
-/**
- * `torch.softmax(x, dim)`. Errors: `E_SHAPE`, `E_DTYPE`.
- */
-int64_t enkai_tensor_softmax(int64_t x, int64_t dim);
-
-/**
  * `torch._masked_softmax(x, mask != 0, dim, mask_type)`: `mask` of any dtype,
  * non-zero = masked out; a fully masked row gives zeros. `mask_type` 0: `[L,L]`
  * mask for a `[B,H,L,L]` input, 1: `[B,L]` key-padding mask, 2: mask of x's shape.
@@ -1047,26 +992,6 @@ int64_t enkai_tensor_masked_softmax_backward(int64_t grad_out,
                                              int64_t out,
                                              int64_t mask,
                                              int64_t dim);
-
-/**
- * `torch.relu(x)`. Errors: `E_DTYPE` (not floating).
- */
-int64_t enkai_tensor_relu(int64_t x);
-
-/**
- * `torch.sigmoid(x)`. Errors: `E_DTYPE` (integer input).
- */
-int64_t enkai_tensor_sigmoid(int64_t x);
-
-/**
- * `torch.tanh(x)`. Errors: `E_DTYPE` (integer input).
- */
-int64_t enkai_tensor_tanh(int64_t x);
-
-/**
- * `torch.nn.functional.gelu(x)` with the exact erf form. Errors: `E_DTYPE`.
- */
-int64_t enkai_tensor_gelu(int64_t x);
 
 /**
  * `torch.nn.functional.dropout(x, p, training=train != 0)`; identity when
@@ -1123,11 +1048,6 @@ int64_t enkai_tensor_to_device(int64_t x, int64_t dev);
  * `dtype` is NULL or a NUL-terminated string.
  */
 int64_t enkai_tensor_to_dtype(int64_t x, const char *dtype);
-
-/**
- * `x.detach()`: shares storage, records no gradient. Errors: `E_HANDLE_*` only.
- */
-int64_t enkai_tensor_detach(int64_t x);
 
 /**
  * A new AdamW optimizer over the JSON handle list `params` (one param group).
@@ -1496,6 +1416,99 @@ int enkai_tensor_device_name(int64_t t, char **out, size_t *out_len);
  * The number of elements, or -1 with `E_HANDLE_*`.
  */
 int64_t enkai_tensor_numel(int64_t t);
+
+/**
+ * `torch.sigmoid(x)`; integer and bool inputs give fp32, as in PyTorch.
+ */
+int64_t enkai_tensor_sigmoid(int64_t x);
+
+/**
+ * `torch.tanh(x)`; integer and bool inputs give fp32, as in PyTorch.
+ */
+int64_t enkai_tensor_tanh(int64_t x);
+
+/**
+ * `torch.relu(x)`, in `x`'s dtype.
+ * Errors: `E_DTYPE` (bool, as in PyTorch).
+ */
+int64_t enkai_tensor_relu(int64_t x);
+
+/**
+ * `torch.nn.functional.gelu(x)` with the exact erf form.
+ * Errors: `E_DTYPE` (not floating).
+ */
+int64_t enkai_tensor_gelu(int64_t x);
+
+/**
+ * `a + b` with broadcasting and PyTorch's type promotion (`torch.add`).
+ * Errors: `E_SHAPE` (the shapes do not broadcast).
+ */
+int64_t enkai_tensor_add(int64_t a, int64_t b);
+
+/**
+ * `a - b` with broadcasting and type promotion (`torch.sub`).
+ * Errors: `E_SHAPE`, `E_DTYPE` (a bool operand, as in PyTorch).
+ */
+int64_t enkai_tensor_sub(int64_t a, int64_t b);
+
+/**
+ * `a * b` (elementwise) with broadcasting and type promotion (`torch.mul`).
+ * Errors: `E_SHAPE`.
+ */
+int64_t enkai_tensor_mul(int64_t a, int64_t b);
+
+/**
+ * `a / b` (true division: integers divide as fp32) with broadcasting (`torch.div`).
+ * Errors: `E_SHAPE`.
+ */
+int64_t enkai_tensor_div(int64_t a, int64_t b);
+
+/**
+ * Sum over `dim`, or over every dim when `dim < 0`; `keepdim` non-zero keeps
+ * reduced dims as 1. Integer and bool inputs sum in int64, as `torch.sum`.
+ * Errors: `E_SHAPE` (dim out of range).
+ */
+int64_t enkai_tensor_sum(int64_t x, int64_t dim, int keepdim);
+
+/**
+ * Mean over `dim`, or over every dim when `dim < 0`; `keepdim` as `enkai_tensor_sum`.
+ * Errors: `E_SHAPE` (dim out of range), `E_DTYPE` (integer or bool input).
+ */
+int64_t enkai_tensor_mean(int64_t x, int64_t dim, int keepdim);
+
+/**
+ * `torch.softmax(x, dim)`; negative dims count from the end.
+ * Errors: `E_SHAPE` (dim out of range), `E_DTYPE` (not floating).
+ */
+int64_t enkai_tensor_softmax(int64_t x, int64_t dim);
+
+/**
+ * `torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast; an autocast op.
+ * Errors: `E_SHAPE` (`matmul [2,3] x [4,5]`), `E_DTYPE` (dtypes differ).
+ */
+int64_t enkai_tensor_matmul(int64_t a, int64_t b);
+
+/**
+ * `x.transpose(d0, d1)`, a view; negative dims count from the end.
+ * Errors: `E_SHAPE` (dim out of range).
+ */
+int64_t enkai_tensor_transpose(int64_t x, int64_t d0, int64_t d1);
+
+/**
+ * `x.reshape(shape)`: a view when the strides allow one, else a copy;
+ * `shape` is a JSON array that may hold one `-1`.
+ * Errors: `E_NULL_POINTER`, `E_INVALID_ARG`, `E_SHAPE` (element count differs).
+ *
+ * # Safety
+ * `shape` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_tensor_reshape(int64_t x, const char *shape);
+
+/**
+ * `x.detach()`: shares storage, records no gradient.
+ * Errors: `E_HANDLE_*` only.
+ */
+int64_t enkai_tensor_detach(int64_t x);
 
 #ifdef __cplusplus
 }  // extern "C"

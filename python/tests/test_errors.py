@@ -267,10 +267,11 @@ def test_tensor_rank_and_checkpoint_headers_are_bounded(tmp_path):
     with pytest.raises(et.EnkaiError) as ex:
         x.reshape([1] * 65)
     assert ex.value.code == "E_INVALID_ARG"
-    # 20,000 references to one rank-64 tensor: a header far over the loader's limit, refused before it is built
+    # 700,000 references to one rank-64 tensor: a header over the format's
+    # 100 MB limit, refused before it is built
     empty = et.zeros([0] * 64)
     with pytest.raises(et.EnkaiError) as ex:
-        et.checkpoint_save(tmp_path, [empty] * 60000)
+        et.checkpoint_save(tmp_path, [empty] * 700000)
     assert ex.value.code == "E_INVALID_ARG" and "header" in str(ex.value)
     assert not list(tmp_path.glob("snap-*"))
     del x, empty, ex  # the exception info holds the call's arguments

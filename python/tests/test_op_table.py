@@ -462,11 +462,25 @@ def test_generic_entry_equals_the_typed_functions(backend):
         (lambda: et.op("softmax", a, dim=1), lambda: et._wrap(lib.enkai_tensor_softmax(a.handle, 1))),
         (lambda: et.op("sum", a, dim=[1]), lambda: et._wrap(lib.enkai_tensor_sum(a.handle, 1, 0))),
         (lambda: et.op("mean", a, dim=[0], keepdim=True), lambda: et._wrap(lib.enkai_tensor_mean(a.handle, 0, 1))),
+        # The seed's `dim < 0`: every dim.
+        (lambda: et.op("sum", a), lambda: et._wrap(lib.enkai_tensor_sum(a.handle, -1, 0))),
+        (lambda: et.op("mean", a, dim=None, keepdim=True), lambda: et._wrap(lib.enkai_tensor_mean(a.handle, -1, 1))),
+        (lambda: et.op("matmul", a, b.transpose(0, 1)), lambda: et._wrap(lib.enkai_tensor_matmul(a.handle, b.transpose(0, 1).handle))),
+        (lambda: et.op("transpose", a, dim0=-1, dim1=0), lambda: et._wrap(lib.enkai_tensor_transpose(a.handle, -1, 0))),
+        (lambda: et.op("reshape", a, shape=[2, -1]), lambda: et._wrap(lib.enkai_tensor_reshape(a.handle, b"[2,-1]"))),
+        (lambda: et.op("view", a, size=[12]), lambda: et._wrap(lib.enkai_tensor_view(a.handle, b"[12]"))),
+        (lambda: et.op("detach", a), lambda: et._wrap(lib.enkai_tensor_detach(a.handle))),
     ]
     for generic, typed in pairs:
         g, t = generic(), typed()
         assert g.dtype == t.dtype and g.shape == t.shape
         np.testing.assert_array_equal(g.numpy(), t.numpy())
+    # The typed view keeps the seed's copy where the strides allow no view; PyTorch's refuses.
+    t = b.transpose(0, 1)
+    np.testing.assert_array_equal(et._wrap(lib.enkai_tensor_view(t.handle, b"[12]")).numpy(), t.numpy().reshape(12))
+    with pytest.raises(et.EnkaiError) as e:
+        et.op("view", t, size=[12])
+    assert e.value.code in ("E_SHAPE", "E_TORCH")
     # ... and the Python methods built from the schema are the same entry.
     np.testing.assert_array_equal(a.exp().numpy(), et.op("exp", a).numpy())
     np.testing.assert_array_equal(et.clamp(a, min=0.0).numpy(), et.op("clamp", a, min=0.0).numpy())

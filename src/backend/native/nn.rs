@@ -105,20 +105,6 @@ pub fn gelu(x: &Raw) -> Result<Raw> {
     }))
 }
 
-fn softmax_back(g: &Raw, y: &Raw, d: usize) -> Result<Raw> {
-    Ok(with_real!("softmax", y.dtype(), R => map_rows2::<R>(g, y, d, y.dtype(), fused::softmax_bwd)?))
-}
-
-pub fn softmax(x: &Raw, dim: i64) -> Result<Raw> {
-    let d = norm_dim("softmax", dim, x.shape())?;
-    let out = with_real!("softmax", x.dtype(), R => map_rows::<R>(x, d, x.dtype(), fused::softmax_fwd)?);
-    if !needs_grad(&[x]) {
-        return Ok(out);
-    }
-    let y = out.detached();
-    Ok(record_saving(out, "SoftmaxBackward", &[x], &[], true, move |g| Ok(vec![Some(softmax_back(g, &y, d)?)])))
-}
-
 /// The mask as `x`'s shape (as `torch._masked_softmax` expands it), true = masked out.
 fn expand_mask(x: &Raw, mask: &Raw, mask_type: Option<i64>) -> Result<Raw> {
     let (sx, sm) = (x.shape(), mask.shape());

@@ -162,10 +162,12 @@ fn run<const N: usize, U: NaryFn<N>>(call: &Call, ins: &[Option<&Raw>], names: [
     let ys = y.detached();
     // Edges go to the tensor operands, in order; number operands have none.
     let slots: Vec<usize> = (0..N).filter(|&i| originals[i].is_some()).collect();
-    // The derivative reads the operands and the result, except add's and sub's (constants).
-    let reads = !matches!(call.op.name().trim_end_matches('_'), "add" | "sub");
-    let kept: &[&Raw] = if reads { &tensors } else { &[] };
-    Ok(vec![record_saving(y, node, &tensors, kept, reads, move |g| {
+    // The derivative reads the operands, except add's and sub's (constants),
+    // and only pow's reads the result: what PyTorch's backward nodes save, so
+    // an in-place write refused here is one PyTorch refuses.
+    let name = call.op.name().trim_end_matches('_');
+    let kept: &[&Raw] = if matches!(name, "add" | "sub") { &[] } else { &tensors };
+    Ok(vec![record_saving(y, node, &tensors, kept, name == "pow", move |g| {
         let all = grads(u, g, &saved, &ys, want, dt, &p)?;
         Ok(slots.iter().map(|&i| all[i].clone()).collect())
     })])

@@ -156,7 +156,7 @@ unary!(ceil, "CeilBackward0", [], |x, p| x.ceil(), |g, x, y, p| T::zero());
 unary!(round, "RoundBackward0", [], |x, p| round_even(x), |g, x, y, p| T::zero());
 unary!(trunc, "TruncBackward0", [], |x, p| x.trunc(), |g, x, y, p| T::zero());
 unary!(frac, "FracBackward0", [], |x, p| x - x.trunc(), |g, x, y, p| g);
-unary!(relu, "ReluBackward0", [], |x, p| if x > T::zero() { x } else if x.is_nan() { x } else { T::zero() }, |g, x, y, p| if y > T::zero() { g } else { T::zero() }, int |v, p| v.max(0));
+unary!(relu, "ReluBackward0", [], |x, p| if x > T::zero() { x } else if x.is_nan() { x } else { T::zero() }, |g, x, y, p| if y <= T::zero() { T::zero() } else { g }, int |v, p| v.max(0));
 unary!(silu, "SiluBackward0", [], |x, p| x * sigmoid(x), |g, x, y, p| {
     let s = sigmoid(x);
     g * s * (T::one() + x * (T::one() - s))
