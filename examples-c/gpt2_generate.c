@@ -39,9 +39,13 @@ static int64_t op(const char *name, const int64_t *inputs, size_t n, const char 
     return out;
 }
 
-/* Frees a handle and returns `next`: keeps `x = then(x, f(x))` chains short. */
+static void drop(int64_t t) {
+    if (enkai_tensor_free(t)) fail("free");
+}
+
+/* Frees `old` and returns `next`: keeps `x = then(x, f(x))` chains short. */
 static int64_t then(int64_t old, int64_t next) {
-    if (enkai_tensor_free(old)) fail("free");
+    drop(old);
     return next;
 }
 
@@ -307,7 +311,7 @@ static void append(int64_t *cache, int64_t x) {
     char list[64];
     snprintf(list, sizeof list, "[%lld,%lld]", (long long)*cache, (long long)x);
     int64_t cat = must(enkai_tensor_concat(list, 2), "concat");
-    enkai_tensor_free(x);
+    drop(x);
     *cache = then(*cache, cat);
 }
 
@@ -324,7 +328,7 @@ static int64_t forward(Model *m, const uint32_t *ids, int64_t T, int64_t past, i
     int64_t pe = must(enkai_tensor_embedding(m->wpe, at), "embedding");
     int64_t h = must(enkai_tensor_add(te, pe), "add");
     int64_t done[] = {tok, at, te, pe};
-    for (size_t i = 0; i < 4; i++) enkai_tensor_free(done[i]);
+    for (size_t i = 0; i < 4; i++) drop(done[i]);
 
     /* A query at position past+i sees keys 0..past+i: mask the later ones.
      * One new token sees the whole cache: no mask. */
@@ -350,15 +354,15 @@ static int64_t forward(Model *m, const uint32_t *ids, int64_t T, int64_t past, i
         int64_t q = must(enkai_tensor_slice(qkv, -1, 0, m->C, 1), "slice");
         int64_t k = must(enkai_tensor_slice(qkv, -1, m->C, 2 * m->C, 1), "slice");
         int64_t v = must(enkai_tensor_slice(qkv, -1, 2 * m->C, 3 * m->C, 1), "slice");
-        enkai_tensor_free(qkv);
+        drop(qkv);
         q = then(q, heads(m, q, T));
         append(&l->k, then(k, heads(m, k, T)));
         append(&l->v, then(v, heads(m, v, T)));
 
         int64_t kt = must(enkai_tensor_transpose(l->k, -2, -1), "transpose");
         int64_t s = must(enkai_tensor_matmul(q, kt), "matmul");
-        enkai_tensor_free(kt);
-        enkai_tensor_free(q);
+        drop(kt);
+        drop(q);
         s = then(s, op("mul", &s, 1, scale));
         if (mask) s = then(s, op("masked_fill", (int64_t[]){s, mask}, 2, "{\"value\": -Infinity}"));
         s = then(s, must(enkai_tensor_softmax(s, -1), "softmax"));
@@ -367,16 +371,16 @@ static int64_t forward(Model *m, const uint32_t *ids, int64_t T, int64_t past, i
         o = then(o, must(enkai_tensor_reshape(o, flat), "reshape"));
         o = then(o, must(enkai_tensor_linear(o, l->proj_w, l->proj_b), "linear"));
         h = then(h, must(enkai_tensor_add(h, o), "add"));
-        enkai_tensor_free(o);
+        drop(o);
 
         int64_t f = must(enkai_tensor_layernorm(h, l->ln2_w, l->ln2_b, m->eps), "layernorm");
         f = then(f, must(enkai_tensor_linear(f, l->fc_w, l->fc_b), "linear"));
         f = then(f, op("gelu", &f, 1, "{\"approximate\": \"tanh\"}")); /* gelu_new */
         f = then(f, must(enkai_tensor_linear(f, l->out_w, l->out_b), "linear"));
         h = then(h, must(enkai_tensor_add(h, f), "add"));
-        enkai_tensor_free(f);
+        drop(f);
     }
-    if (mask) enkai_tensor_free(mask);
+    if (mask) drop(mask);
     return then(h, must(enkai_tensor_layernorm(h, m->lnf_w, m->lnf_b, m->eps), "layernorm"));
 }
 
@@ -396,11 +400,11 @@ static uint32_t pick(int64_t logits, int topk, double temperature) {
         int64_t drawn = op("multinomial", &probs, 1, "{\"num_samples\": 1}");
         token = op("gather", (int64_t[]){top[1], drawn}, 2, "{\"dim\": -1}");
         int64_t done[] = {scaled, top[0], top[1], probs, drawn};
-        for (size_t i = 0; i < 5; i++) enkai_tensor_free(done[i]);
+        for (size_t i = 0; i < 5; i++) drop(done[i]);
     }
     double t = enkai_tensor_item(token);
     if (enkai_tensor_last_error_code()) fail("item");
-    enkai_tensor_free(token);
+    drop(token);
     return (uint32_t)t;
 }
 
@@ -411,7 +415,7 @@ static void print_logits(int64_t logits, int64_t T, int64_t V) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < V; i++) printf("%.9g%c", v[t * V + i], i + 1 < V ? ' ' : '\n');
     free(v);
-    enkai_tensor_free(f);
+    drop(f);
 }
 
 static double now(void) {
@@ -441,8 +445,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--device")) device = argv[++i];
         else usage();
     }
-    long n_new = strtol(argv[3], NULL, 10);
-    if (n_new < 0 || !(temperature > 0) || topk < 0) usage();
+    char *end;
+    long n_new = strtol(argv[3], &end, 10);
+    if (end == argv[3] || *end || n_new < 0 || !(temperature > 0) || topk < 0) usage();
 
     /* Inference only: no graph, no activations kept for a backward. */
     if (enkai_set_grad_enabled(0) < 0) fail("set_grad_enabled");
@@ -477,37 +482,38 @@ int main(int argc, char **argv) {
     if (want_logits) {
         int64_t all = must(enkai_tensor_matmul(h, m.wte_t), "matmul");
         print_logits(all, (int64_t)T, m.V);
-        enkai_tensor_free(all);
+        drop(all);
     }
     while (len < total) {
         int64_t last = then(h, op("select", &h, 1, "{\"dim\": 1, \"index\": -1}"));
         int64_t logits = then(last, must(enkai_tensor_matmul(last, m.wte_t), "matmul"));
         ids[len++] = pick(logits, topk, temperature);
-        enkai_tensor_free(logits);
+        drop(logits);
         if (len == T + 1) t1 = now();
         h = len < total ? forward(&m, ids + len - 1, 1, (int64_t)len - 1, dev) : 0;
     }
-    if (h) enkai_tensor_free(h);
+    if (h) drop(h);
     double t2 = now();
 
     for (size_t i = T; i < len; i++) printf("%u%s", ids[i], i + 1 < len ? "," : "");
     printf("\n");
-    fprintf(stderr, "prompt %zu tokens in %.1f ms; %zu new tokens in %.3f s: %.1f tokens/s (%.1f after the prompt)\n",
+    fprintf(stderr, "%zu prompt tokens, first new token after %.1f ms; %zu new tokens in %.3f s: %.1f tokens/s "
+                    "(%.1f after the first)\n",
             T, 1e3 * (t1 - t0), len - T, t2 - t0, (double)(len - T) / (t2 - t0),
             len - T > 1 ? (double)(len - T - 1) / (t2 - t1) : 0.0);
 
     free(ids);
     int64_t top[] = {m.wte, m.wpe, m.lnf_w, m.lnf_b, m.wte_t};
-    for (size_t i = 0; i < 5; i++) enkai_tensor_free(top[i]);
+    for (size_t i = 0; i < 5; i++) drop(top[i]);
     for (int64_t i = 0; i < m.L; i++) {
         Layer *l = &m.layer[i];
         int64_t all[] = {l->ln1_w, l->ln1_b, l->attn_w, l->attn_b, l->proj_w, l->proj_b, l->ln2_w,
                          l->ln2_b,  l->fc_w,  l->fc_b,    l->out_w,  l->out_b,  l->k,      l->v};
         for (size_t s = 0; s < 14; s++)
-            if (all[s]) enkai_tensor_free(all[s]);
+            if (all[s]) drop(all[s]);
     }
     free(m.layer);
-    enkai_tensor_device_free(dev);
+    if (enkai_tensor_device_free(dev)) fail("device_free");
     if (enkai_tensor_live_tensors() || enkai_tensor_live_safetensors()) {
         fprintf(stderr, "leak: %lld tensors, %lld safetensors files still live\n",
                 (long long)enkai_tensor_live_tensors(), (long long)enkai_tensor_live_safetensors());
