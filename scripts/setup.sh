@@ -29,6 +29,11 @@ fi
 if ! "$VENV/bin/python" -c "import xdist" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q pytest-xdist >&2
 fi
+# transformers, the oracle of the Hugging Face model tests (tiny models built
+# from a config with random weights: nothing is downloaded at test time).
+if ! "$VENV/bin/python" -c "import transformers" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q transformers >&2
+fi
 
 if ! command -v valgrind >/dev/null 2>&1; then
   echo "setup: installing valgrind" >&2

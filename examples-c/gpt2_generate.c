@@ -1,0 +1,523 @@
+/* gpt2_generate: loads a Hugging Face GPT-2 checkpoint (config.json and
+ * model.safetensors, as transformers' save_pretrained writes them) and
+ * generates tokens with a KV cache: the prompt in one pass, then one token
+ * per step. Greedy by default, or top-k sampling.
+ *
+ *   gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--temperature T]
+ *                 [--seed S] [--device D] [--print-logits]
+ *
+ * PROMPT_IDS is comma-separated ("464,3290,318"). Prints the new token ids
+ * on one line, comma-separated (after the prompt's logits, one position per
+ * line, with --print-logits). Tokens/s go to stderr. The backend is the
+ * library's default or ENKAI_BACKEND (torch, cpu). The test suite checks
+ * the tokens and logits against transformers.
+ * Build: make build/examples/gpt2_generate */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <ctype.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "enkai_tensor.h"
+
+static void fail(const char *what) {
+    fprintf(stderr, "%s failed: %s\n", what, enkai_tensor_last_error());
+    exit(1);
+}
+
+static int64_t must(int64_t h, const char *what) {
+    if (h == 0) fail(what);
+    return h;
+}
+
+/* One-result op: torch.<name>(*inputs, **kwargs). */
+static int64_t op(const char *name, const int64_t *inputs, size_t n, const char *kwargs) {
+    int64_t out;
+    if (enkai_op(name, inputs, n, kwargs, &out, 1) != 1) fail(name);
+    return out;
+}
+
+static void drop(int64_t t) {
+    if (enkai_tensor_free(t)) fail("free");
+}
+
+/* Frees `old` and returns `next`: keeps `x = then(x, f(x))` chains short. */
+static int64_t then(int64_t old, int64_t next) {
+    drop(old);
+    return next;
+}
+
+/* ---- config.json: a small JSON reader for the fields GPT-2 needs ---- */
+
+typedef struct {
+    double n_embd, n_head, n_layer, n_positions, vocab_size, eps;
+    char activation[32];
+    int inverse_layer_idx, upcast;
+} Config;
+
+typedef struct {
+    const char *p, *start, *path;
+} Json;
+
+/* E_CKPT_FORMAT: the library's code for a faulty model file. */
+static void json_fail(Json *j, const char *what) {
+    fprintf(stderr, "E_CKPT_FORMAT: %s: %s (byte %ld)\n", j->path, what, (long)(j->p - j->start));
+    exit(1);
+}
+
+static void config_fail(const char *path, const char *what) {
+    fprintf(stderr, "E_CKPT_FORMAT: %s: %s\n", path, what);
+    exit(1);
+}
+
+static void ws(Json *j) {
+    while (isspace((unsigned char)*j->p)) j->p++;
+}
+
+/* A string's contents into buf (escapes kept as the escaped character, \u as '?':
+ * only ASCII keys and names are compared). */
+static void json_string(Json *j, char *buf, size_t cap) {
+    size_t n = 0;
+    if (*j->p != '"') json_fail(j, "expected a string");
+    for (j->p++; *j->p != '"'; j->p++) {
+        char c = *j->p;
+        if (c == '\0' || (unsigned char)c < 0x20) json_fail(j, "unterminated string");
+        if (c == '\\') {
+            c = *++j->p;
+            if (c == 'u') {
+                for (int i = 0; i < 4; i++)
+                    if (!isxdigit((unsigned char)*++j->p)) json_fail(j, "bad \\u escape");
+                c = '?';
+            } else if (!c || !strchr("\"\\/bfnrt", c)) {
+                json_fail(j, "bad escape");
+            }
+        }
+        if (n + 1 < cap) buf[n++] = c;
+    }
+    j->p++;
+    if (cap) buf[n] = '\0';
+}
+
+static double json_number(Json *j) {
+    char *end;
+    double v = strtod(j->p, &end);
+    if (end == j->p || !isfinite(v)) json_fail(j, "expected a number");
+    j->p = end;
+    return v;
+}
+
+/* Skips any value; depth-limited so a hostile file cannot overflow the stack. */
+static void json_skip(Json *j, int depth) {
+    ws(j);
+    if (depth > 64) json_fail(j, "nested too deeply");
+    char c = *j->p;
+    if (c == '"') {
+        json_string(j, NULL, 0);
+    } else if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        j->p++;
+        ws(j);
+        if (*j->p == close) {
+            j->p++;
+            return;
+        }
+        for (;;) {
+            if (c == '{') {
+                ws(j);
+                json_string(j, NULL, 0);
+                ws(j);
+                if (*j->p++ != ':') json_fail(j, "expected ':'");
+            }
+            json_skip(j, depth + 1);
+            ws(j);
+            if (*j->p == ',') {
+                j->p++;
+            } else if (*j->p == close) {
+                j->p++;
+                return;
+            } else {
+                json_fail(j, "expected ',' or a closing bracket");
+            }
+        }
+    } else if (!strncmp(j->p, "true", 4) || !strncmp(j->p, "null", 4)) {
+        j->p += 4;
+    } else if (!strncmp(j->p, "false", 5)) {
+        j->p += 5;
+    } else {
+        json_number(j);
+    }
+}
+
+static int json_bool(Json *j) {
+    if (!strncmp(j->p, "true", 4)) return j->p += 4, 1;
+    if (!strncmp(j->p, "false", 5)) return j->p += 5, 0;
+    json_fail(j, "expected true or false");
+    return 0;
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "E_CKPT_MISSING: cannot open %s\n", path);
+        exit(1);
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    if (!buf || ferror(f)) {
+        fprintf(stderr, "E_CKPT_IO: cannot read %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static Config read_config(const char *path) {
+    /* transformers' GPT2Config defaults for the keys a file may leave out. */
+    Config c = {.n_embd = 768, .n_head = 12, .n_layer = 12, .n_positions = 1024, .vocab_size = 50257, .eps = 1e-5,
+                .activation = "gelu_new"};
+    char *text = read_file(path);
+    Json j = {text, text, path};
+    ws(&j);
+    if (*j.p++ != '{') json_fail(&j, "expected an object");
+    ws(&j);
+    while (*j.p != '}') {
+        char key[64];
+        json_string(&j, key, sizeof key);
+        ws(&j);
+        if (*j.p++ != ':') json_fail(&j, "expected ':'");
+        ws(&j);
+        struct { const char *name; double *v; } nums[] = {
+            {"n_embd", &c.n_embd}, {"n_head", &c.n_head}, {"n_layer", &c.n_layer},
+            {"n_positions", &c.n_positions}, {"vocab_size", &c.vocab_size}, {"layer_norm_epsilon", &c.eps}};
+        int done = 0;
+        for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+            if (!strcmp(key, nums[i].name)) *nums[i].v = json_number(&j), done = 1;
+        if (!strcmp(key, "activation_function")) json_string(&j, c.activation, sizeof c.activation), done = 1;
+        if (!strcmp(key, "scale_attn_by_inverse_layer_idx")) c.inverse_layer_idx = json_bool(&j), done = 1;
+        if (!strcmp(key, "reorder_and_upcast_attn")) c.upcast = json_bool(&j), done = 1;
+        if (!done) json_skip(&j, 0);
+        ws(&j);
+        if (*j.p == ',') {
+            j.p++;
+            ws(&j);
+        } else if (*j.p != '}') {
+            json_fail(&j, "expected ',' or '}'");
+        }
+    }
+    j.p++;
+    ws(&j);
+    if (*j.p) json_fail(&j, "trailing characters");
+    free(text);
+    double ints[] = {c.n_embd, c.n_head, c.n_layer, c.n_positions, c.vocab_size};
+    for (size_t i = 0; i < 5; i++)
+        if (ints[i] < 1 || ints[i] > 1e7 || ints[i] != floor(ints[i])) config_fail(path, "a size is not a positive integer");
+    if ((int64_t)c.n_embd % (int64_t)c.n_head) config_fail(path, "n_embd is not a multiple of n_head");
+    if (!(c.eps > 0)) config_fail(path, "layer_norm_epsilon is not positive");
+    /* Variants this program does not implement: refused, never run wrong. */
+    if (strcmp(c.activation, "gelu_new") || c.inverse_layer_idx || c.upcast) {
+        fprintf(stderr, "E_UNSUPPORTED: %s: only activation gelu_new, without scale_attn_by_inverse_layer_idx "
+                        "or reorder_and_upcast_attn\n", path);
+        exit(1);
+    }
+    return c;
+}
+
+/* ---- the model ---- */
+
+typedef struct {
+    int64_t ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
+    int64_t k, v; /* the cache: [1, heads, past, head_dim], 0 before the prompt */
+} Layer;
+
+typedef struct {
+    int64_t C, H, L, P, V;
+    double eps;
+    int64_t wte, wpe, lnf_w, lnf_b, wte_t;
+    Layer *layer;
+} Model;
+
+static int64_t get(int64_t st, const char *prefix, const char *name, int64_t dev) {
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    int64_t t = enkai_safetensors_get(st, full, dev);
+    if (!t) fail(full);
+    return t;
+}
+
+static Model load(const char *dir, int64_t dev) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    Config c = read_config(path);
+    Model m = {(int64_t)c.n_embd, (int64_t)c.n_head, (int64_t)c.n_layer, (int64_t)c.n_positions,
+               (int64_t)c.vocab_size, c.eps, 0, 0, 0, 0, 0, NULL};
+
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int64_t st = must(enkai_safetensors_open(path), "safetensors_open");
+    /* GPT2LMHeadModel saves its body under "transformer."; a bare GPT2Model does not. */
+    char *names;
+    size_t len;
+    if (enkai_safetensors_names(st, &names, &len)) fail("safetensors_names");
+    const char *pre = strstr(names, "\"transformer.wte.weight\"") ? "transformer." : "";
+    enkai_tensor_string_free(names);
+
+    m.wte = get(st, pre, "wte.weight", dev);
+    m.wpe = get(st, pre, "wpe.weight", dev);
+    m.lnf_w = get(st, pre, "ln_f.weight", dev);
+    m.lnf_b = get(st, pre, "ln_f.bias", dev);
+    /* lm_head is tied to wte: logits = h @ wte^T, a view, no copy. */
+    m.wte_t = must(enkai_tensor_transpose(m.wte, 0, 1), "transpose");
+    m.layer = calloc((size_t)m.L, sizeof *m.layer);
+    if (!m.layer) fail("calloc");
+    for (int64_t i = 0; i < m.L; i++) {
+        Layer *l = &m.layer[i];
+        /* Conv1D stores its weight [in, out], the layout enkai_tensor_linear takes. */
+        const char *suffix[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+        int64_t *slot[] = {&l->ln1_w, &l->ln1_b, &l->attn_w, &l->attn_b, &l->proj_w, &l->proj_b,
+                           &l->ln2_w, &l->ln2_b, &l->fc_w, &l->fc_b, &l->out_w, &l->out_b};
+        for (size_t s = 0; s < 12; s++) {
+            char name[128];
+            snprintf(name, sizeof name, "h.%lld.%s", (long long)i, suffix[s]);
+            *slot[s] = get(st, pre, name, dev);
+        }
+    }
+    /* Every tensor holds its own mapping of the file: the handle can go now. */
+    if (enkai_safetensors_free(st)) fail("safetensors_free");
+    return m;
+}
+
+/* [1, T, C] -> [1, H, T, C/H] */
+static int64_t heads(const Model *m, int64_t x, int64_t T) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "[1,%lld,%lld,%lld]", (long long)T, (long long)m->H, (long long)(m->C / m->H));
+    int64_t r = must(enkai_tensor_reshape(x, shape), "reshape");
+    return then(r, must(enkai_tensor_transpose(r, 1, 2), "transpose"));
+}
+
+/* Appends this step's keys or values to a layer's cache along the sequence. */
+static void append(int64_t *cache, int64_t x) {
+    if (!*cache) {
+        *cache = x;
+        return;
+    }
+    char list[64];
+    snprintf(list, sizeof list, "[%lld,%lld]", (long long)*cache, (long long)x);
+    int64_t cat = must(enkai_tensor_concat(list, 2), "concat");
+    drop(x);
+    *cache = then(*cache, cat);
+}
+
+/* The positions past..past+T-1 of ids [1, T]: returns the final hidden state
+ * after ln_f, [1, T, C], and leaves the keys and values in the caches. */
+static int64_t forward(Model *m, const uint32_t *ids, int64_t T, int64_t past, int64_t dev) {
+    uint32_t *pos = malloc((size_t)T * sizeof *pos);
+    if (!pos) fail("malloc");
+    for (int64_t t = 0; t < T; t++) pos[t] = (uint32_t)(past + t);
+    int64_t tok = must(enkai_tensor_ids_u32(ids, (size_t)T, 1, T, dev), "ids");
+    int64_t at = must(enkai_tensor_ids_u32(pos, (size_t)T, 1, T, dev), "ids");
+    free(pos);
+    int64_t te = must(enkai_tensor_embedding(m->wte, tok), "embedding");
+    int64_t pe = must(enkai_tensor_embedding(m->wpe, at), "embedding");
+    int64_t h = must(enkai_tensor_add(te, pe), "add");
+    int64_t done[] = {tok, at, te, pe};
+    for (size_t i = 0; i < 4; i++) drop(done[i]);
+
+    /* A query at position past+i sees keys 0..past+i: mask the later ones.
+     * One new token sees the whole cache: no mask. */
+    int64_t S = past + T, mask = 0;
+    if (T > 1) {
+        uint8_t *hide = malloc((size_t)(T * S));
+        if (!hide) fail("malloc");
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < S; j++) hide[i * S + j] = j > past + i;
+        char shape[64];
+        snprintf(shape, sizeof shape, "[%lld,%lld]", (long long)T, (long long)S);
+        mask = must(enkai_tensor_from_data(hide, (size_t)(T * S), shape, "bool", dev), "from_data");
+        free(hide);
+    }
+    char scale[64], flat[64];
+    snprintf(scale, sizeof scale, "{\"other\": %.17g}", 1.0 / sqrt((double)(m->C / m->H)));
+    snprintf(flat, sizeof flat, "[1,%lld,%lld]", (long long)T, (long long)m->C);
+
+    for (int64_t i = 0; i < m->L; i++) {
+        Layer *l = &m->layer[i];
+        int64_t a = must(enkai_tensor_layernorm(h, l->ln1_w, l->ln1_b, m->eps), "layernorm");
+        int64_t qkv = then(a, must(enkai_tensor_linear(a, l->attn_w, l->attn_b), "linear"));
+        int64_t q = must(enkai_tensor_slice(qkv, -1, 0, m->C, 1), "slice");
+        int64_t k = must(enkai_tensor_slice(qkv, -1, m->C, 2 * m->C, 1), "slice");
+        int64_t v = must(enkai_tensor_slice(qkv, -1, 2 * m->C, 3 * m->C, 1), "slice");
+        drop(qkv);
+        q = then(q, heads(m, q, T));
+        append(&l->k, then(k, heads(m, k, T)));
+        append(&l->v, then(v, heads(m, v, T)));
+
+        int64_t kt = must(enkai_tensor_transpose(l->k, -2, -1), "transpose");
+        int64_t s = must(enkai_tensor_matmul(q, kt), "matmul");
+        drop(kt);
+        drop(q);
+        s = then(s, op("mul", &s, 1, scale));
+        if (mask) s = then(s, op("masked_fill", (int64_t[]){s, mask}, 2, "{\"value\": -Infinity}"));
+        s = then(s, must(enkai_tensor_softmax(s, -1), "softmax"));
+        int64_t o = then(s, must(enkai_tensor_matmul(s, l->v), "matmul"));
+        o = then(o, must(enkai_tensor_transpose(o, 1, 2), "transpose"));
+        o = then(o, must(enkai_tensor_reshape(o, flat), "reshape"));
+        o = then(o, must(enkai_tensor_linear(o, l->proj_w, l->proj_b), "linear"));
+        h = then(h, must(enkai_tensor_add(h, o), "add"));
+        drop(o);
+
+        int64_t f = must(enkai_tensor_layernorm(h, l->ln2_w, l->ln2_b, m->eps), "layernorm");
+        f = then(f, must(enkai_tensor_linear(f, l->fc_w, l->fc_b), "linear"));
+        f = then(f, op("gelu", &f, 1, "{\"approximate\": \"tanh\"}")); /* gelu_new */
+        f = then(f, must(enkai_tensor_linear(f, l->out_w, l->out_b), "linear"));
+        h = then(h, must(enkai_tensor_add(h, f), "add"));
+        drop(f);
+    }
+    if (mask) drop(mask);
+    return then(h, must(enkai_tensor_layernorm(h, m->lnf_w, m->lnf_b, m->eps), "layernorm"));
+}
+
+/* The next token from the last position's logits [1, V]: the argmax, or a
+ * draw from the top k after dividing by the temperature. */
+static uint32_t pick(int64_t logits, int topk, double temperature) {
+    int64_t token;
+    if (topk <= 0) {
+        token = op("argmax", &logits, 1, "{\"dim\": -1}");
+    } else {
+        char kw[64], top_kw[32];
+        snprintf(kw, sizeof kw, "{\"other\": %.17g}", temperature);
+        snprintf(top_kw, sizeof top_kw, "{\"k\": %d}", topk);
+        int64_t scaled = op("div", &logits, 1, kw), top[2];
+        if (enkai_op("topk", &scaled, 1, top_kw, top, 2) != 2) fail("topk");
+        int64_t probs = must(enkai_tensor_softmax(top[0], -1), "softmax");
+        int64_t drawn = op("multinomial", &probs, 1, "{\"num_samples\": 1}");
+        token = op("gather", (int64_t[]){top[1], drawn}, 2, "{\"dim\": -1}");
+        int64_t done[] = {scaled, top[0], top[1], probs, drawn};
+        for (size_t i = 0; i < 5; i++) drop(done[i]);
+    }
+    double t = enkai_tensor_item(token);
+    if (enkai_tensor_last_error_code()) fail("item");
+    drop(token);
+    return (uint32_t)t;
+}
+
+static void print_logits(int64_t logits, int64_t T, int64_t V) {
+    int64_t f = must(enkai_tensor_to_dtype(logits, "fp32"), "to_dtype");
+    float *v = malloc((size_t)(T * V) * sizeof *v);
+    if (!v || enkai_tensor_copy_to(f, v, (size_t)(T * V) * sizeof *v)) fail("copy_to");
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < V; i++) printf("%.9g%c", v[t * V + i], i + 1 < V ? ' ' : '\n');
+    free(v);
+    drop(f);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--temperature T] [--seed S] "
+                    "[--device D] [--print-logits]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) usage();
+    int topk = 0, want_logits = 0;
+    double temperature = 1.0;
+    long long seed = 0;
+    const char *device = "cpu";
+    for (int i = 4; i < argc; i++) {
+        if (!strcmp(argv[i], "--print-logits")) want_logits = 1;
+        else if (i + 1 >= argc) usage();
+        else if (!strcmp(argv[i], "--topk")) topk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--temperature")) temperature = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--seed")) seed = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--device")) device = argv[++i];
+        else usage();
+    }
+    char *end;
+    long n_new = strtol(argv[3], &end, 10);
+    if (end == argv[3] || *end || n_new < 0 || !(temperature > 0) || topk < 0) usage();
+
+    /* Inference only: no graph, no activations kept for a backward. */
+    if (enkai_set_grad_enabled(0) < 0) fail("set_grad_enabled");
+    if (enkai_tensor_manual_seed(seed)) fail("manual_seed");
+    int64_t dev = must(enkai_tensor_device(device), "device");
+    Model m = load(argv[1], dev);
+
+    size_t T = 0, cap = (size_t)n_new + 1;
+    for (const char *p = argv[2]; *p; p++) cap += *p == ',';
+    uint32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) fail("malloc");
+    for (char *p = argv[2], *end;; p = end + 1) {
+        long long id = strtoll(p, &end, 10);
+        if (end == p || id < 0 || id >= m.V || (*end && *end != ',')) {
+            fprintf(stderr, "E_INVALID_ARG: prompt ids: \"%s\" is not a comma-separated list of ids below %lld\n",
+                    argv[2], (long long)m.V);
+            return 1;
+        }
+        ids[T++] = (uint32_t)id;
+        if (!*end) break;
+    }
+    if ((int64_t)(T + (size_t)n_new) > m.P) {
+        fprintf(stderr, "E_INVALID_ARG: %zu prompt + %ld new tokens exceed n_positions %lld\n", T, n_new,
+                (long long)m.P);
+        return 1;
+    }
+
+    /* The prompt in one pass; then each new token alone, over the cache. */
+    double t0 = now(), t1 = t0;
+    size_t len = T, total = T + (size_t)n_new;
+    int64_t h = forward(&m, ids, (int64_t)T, 0, dev);
+    if (want_logits) {
+        int64_t all = must(enkai_tensor_matmul(h, m.wte_t), "matmul");
+        print_logits(all, (int64_t)T, m.V);
+        drop(all);
+    }
+    while (len < total) {
+        int64_t last = then(h, op("select", &h, 1, "{\"dim\": 1, \"index\": -1}"));
+        int64_t logits = then(last, must(enkai_tensor_matmul(last, m.wte_t), "matmul"));
+        ids[len++] = pick(logits, topk, temperature);
+        drop(logits);
+        if (len == T + 1) t1 = now();
+        h = len < total ? forward(&m, ids + len - 1, 1, (int64_t)len - 1, dev) : 0;
+    }
+    if (h) drop(h);
+    double t2 = now();
+
+    for (size_t i = T; i < len; i++) printf("%u%s", ids[i], i + 1 < len ? "," : "");
+    printf("\n");
+    fprintf(stderr, "%zu prompt tokens, first new token after %.1f ms; %zu new tokens in %.3f s: %.1f tokens/s "
+                    "(%.1f after the first)\n",
+            T, 1e3 * (t1 - t0), len - T, t2 - t0, (double)(len - T) / (t2 - t0),
+            len - T > 1 ? (double)(len - T - 1) / (t2 - t1) : 0.0);
+
+    free(ids);
+    int64_t top[] = {m.wte, m.wpe, m.lnf_w, m.lnf_b, m.wte_t};
+    for (size_t i = 0; i < 5; i++) drop(top[i]);
+    for (int64_t i = 0; i < m.L; i++) {
+        Layer *l = &m.layer[i];
+        int64_t all[] = {l->ln1_w, l->ln1_b, l->attn_w, l->attn_b, l->proj_w, l->proj_b, l->ln2_w,
+                         l->ln2_b,  l->fc_w,  l->fc_b,    l->out_w,  l->out_b,  l->k,      l->v};
+        for (size_t s = 0; s < 14; s++)
+            if (all[s]) drop(all[s]);
+    }
+    free(m.layer);
+    if (enkai_tensor_device_free(dev)) fail("device_free");
+    if (enkai_tensor_live_tensors() || enkai_tensor_live_safetensors()) {
+        fprintf(stderr, "leak: %lld tensors, %lld safetensors files still live\n",
+                (long long)enkai_tensor_live_tensors(), (long long)enkai_tensor_live_safetensors());
+        return 1;
+    }
+    return 0;
+}

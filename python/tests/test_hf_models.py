@@ -1,0 +1,182 @@
+"""Hugging Face checkpoints, as transformers' save_pretrained writes them, run
+by the C programs of examples-c/ on both backends and checked against
+transformers itself. Nothing is downloaded: each model is built from a small
+config with seeded random weights and saved to a temporary directory."""
+
+import copy
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("backend")
+
+PROMPT = [(7 * i + 3) % 100 for i in range(32)]
+N_NEW = 64
+# fp32 logits through a different but equivalent op sequence (our matmuls and
+# explicit masked softmax vs transformers' addmm and SDPA): each op is a few
+# ulps off, and random weights of std 0.5 make large activations that amplify
+# them. Measured: 3.4e-5 at most on logits up to 14 (2.5e-6 relative), on
+# the native backend. 2e-4 leaves room for other kernels; a real fault (a
+# wrong position, mask, scale or activation) moves logits by O(1).
+LOGITS_ATOL = 2e-4
+# bf16 end to end (8 bits of mantissa: one ulp is 0.06 at 8-16): measured
+# 0.44 at most on logits up to 16 (7 ulps there, the rounding of two
+# differently ordered bf16 computations compounding over the layers).
+BF16_ATOL = 1.0
+
+
+def run(model_dir, *args):
+    exe = ROOT / "build" / "examples" / "gpt2_generate"
+    if not exe.exists():
+        pytest.skip(f"{exe} is not built (make {exe.relative_to(ROOT)})")
+    # The library the suite tests (ENKAI_TENSOR_PATH), ahead of the program's RUNPATH.
+    env = dict(os.environ)
+    lib_dir = str(Path(env["ENKAI_TENSOR_PATH"]).resolve().parent)
+    env["LD_LIBRARY_PATH"] = lib_dir + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    cmd = [str(exe), str(model_dir), ",".join(map(str, PROMPT)), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def generated(out):
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    return [int(t) for t in lines[-1].split(",") if t], lines[:-1]
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    # initializer_range 0.5 (GPT-2's is 0.02) spreads the logits of a random
+    # model, so greedy steps are not near ties; no bos/eos: exactly N_NEW tokens.
+    config = GPT2Config(n_embd=64, n_head=4, n_layer=2, vocab_size=100, n_positions=128,
+                        initializer_range=0.5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).eval()
+    path = tmp_path_factory.mktemp("gpt2")
+    model.save_pretrained(path, safe_serialization=True)
+    assert (path / "model.safetensors").exists()
+    return model, path
+
+
+def test_gpt2_logits_and_greedy_tokens_match_transformers(gpt2):
+    model, path = gpt2
+    tokens, logit_lines = generated(run(path, N_NEW, "--print-logits"))
+
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        ref_logits = model(ids).logits[0].numpy()
+        ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_NEW, do_sample=False,
+                             output_scores=True, return_dict_in_generate=True)
+    got_logits = np.array([[float(v) for v in line.split()] for line in logit_lines], dtype=np.float32)
+    assert got_logits.shape == ref_logits.shape == (32, 100)
+    np.testing.assert_allclose(got_logits, ref_logits, rtol=0, atol=LOGITS_ATOL)
+
+    # Every greedy step's top two logits must be further apart than our
+    # logits can be off, or a token mismatch would prove nothing.
+    top2 = torch.stack(ref.scores)[:, 0].topk(2).values
+    assert (top2[:, 0] - top2[:, 1]).min().item() > 10 * LOGITS_ATOL
+    assert tokens == ref.sequences[0, len(PROMPT):].tolist()
+
+
+def test_gpt2_topk_sampling(gpt2, backend):
+    """Each sampled token is one of the top k of its step's logits (computed
+    by transformers on the sequence so far), and a seed gives one sequence.
+    On the torch backend the draws are libtorch's, so PyTorch replays them
+    exactly under the same seed."""
+    model, path = gpt2
+    k, temperature, seed = 5, 0.7, 11
+    args = (24, "--topk", k, "--temperature", temperature, "--seed", seed)
+    tokens, _ = generated(run(path, *args))
+    assert len(tokens) == 24
+    assert tokens == generated(run(path, *args))[0]
+    torch.manual_seed(seed)
+    seq = list(PROMPT)
+    with torch.no_grad():
+        for t in tokens:
+            logits = model(torch.tensor([seq])).logits[:, -1] / temperature
+            values, indices = torch.topk(logits, k)
+            assert t in indices[0].tolist()
+            if backend == "torch":
+                pick = torch.multinomial(torch.softmax(values, dim=-1), 1)
+                assert t == indices.gather(-1, pick).item()
+            seq.append(t)
+
+
+def test_gpt2_bare_model_names_and_zero_new_tokens(gpt2, tmp_path):
+    """A GPT2Model's file (no "transformer." prefix) loads too; 0 new tokens
+    prints the prompt's logits and an empty token line."""
+    from safetensors.torch import load_file, save_file
+
+    _, path = gpt2
+    state = load_file(path / "model.safetensors")
+    save_file({k.removeprefix("transformer."): v for k, v in state.items()}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text((path / "config.json").read_text())
+    tokens, lines = generated(run(tmp_path, 0, "--print-logits"))
+    assert tokens == [] and len(lines) == 32
+    _, ref_lines = generated(run(path, 0, "--print-logits"))
+    assert lines == ref_lines
+
+
+@pytest.mark.parametrize("config", [
+    '{"n_embd": 64, "n_head": 4,',  # truncated
+    '{"n_embd": 64 "n_head": 4}',  # no comma
+    '{"n_embd": "64"}',  # a string for a number
+    '{"n_embd": 64, "n_head": 5}',  # 64 heads' widths do not divide
+    '[64]',
+    '',
+])
+def test_gpt2_malformed_config_is_a_clean_error(gpt2, tmp_path, config):
+    _, path = gpt2
+    (tmp_path / "config.json").write_text(config)
+    (tmp_path / "model.safetensors").symlink_to(path / "model.safetensors")
+    out = run(tmp_path, 4)
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    assert out.stderr.startswith("E_CKPT_FORMAT: ") and "config.json" in out.stderr
+    assert out.stdout == ""
+
+
+def test_gpt2_missing_tensor_or_file_is_a_clean_error(gpt2, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _, path = gpt2
+    state = load_file(path / "model.safetensors")
+    del state["transformer.h.1.mlp.c_fc.bias"]
+    save_file(state, tmp_path / "model.safetensors")
+    config = json.loads((path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out = run(tmp_path, 4)
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    assert "transformer.h.1.mlp.c_fc.bias" in out.stderr and "E_INVALID_ARG" in out.stderr
+
+    (tmp_path / "model.safetensors").unlink()
+    out = run(tmp_path, 4)
+    assert out.returncode == 1 and "E_CKPT_MISSING" in out.stderr, out.stderr
+
+
+def test_gpt2_bf16_follows_transformers_in_bf16(gpt2, tmp_path):
+    """The weights saved in bf16 and run in bf16, against transformers in
+    bf16. Differently ordered bf16 sums differ by a few ulps, so greedy
+    tokens may part at a near tie: they are compared teacher-forced
+    (each of ours is within tolerance of transformers' best at its step, in
+    bf16, on our own prefix), since a near tie may go either way."""
+    model = copy.deepcopy(gpt2[0]).to(torch.bfloat16)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    tokens, logit_lines = generated(run(tmp_path, 32, "--print-logits"))
+    with torch.no_grad():
+        ref = model(torch.tensor([PROMPT + tokens])).logits[0].float().numpy()
+    got = np.array([[float(v) for v in line.split()] for line in logit_lines], dtype=np.float32)
+    atol = BF16_ATOL
+    assert np.abs(ref).max() > 10 * atol  # the tolerance is small next to the logits
+    np.testing.assert_allclose(got, ref[:32], rtol=0, atol=atol)
+    steps = ref[31:-1]  # the logits each new token was picked from
+    assert len(tokens) == 32
+    assert all(s[t] >= s.max() - atol for s, t in zip(steps, tokens))
