@@ -760,16 +760,16 @@ fn explain(op: &OpDef, resolved: &Resolved, ts: &[&Tensor]) -> Option<Error> {
     let shapes: SmallVec<[Vec<i64>; 2]> = ts.iter().map(|t| imp::shape(&t.raw)).collect();
     match (name, &shapes[..]) {
         ("matmul" | "mm" | "bmm", [a, b]) => {
-            let (da, db) = (imp::dtype(&ts[0].raw).ok()?, imp::dtype(&ts[1].raw).ok()?);
-            if da != db {
-                return Some(crate::err!(E_DTYPE, "{name}: inputs are {} and {}", da.name(), db.name()));
-            }
             let fits = match name {
                 "mm" => a.len() == 2 && b.len() == 2 && a[1] == b[0],
                 "bmm" => a.len() == 3 && b.len() == 3 && a[0] == b[0] && a[2] == b[1],
                 _ => vocab::matmul_fits(a, b),
             };
-            (!fits).then(|| crate::err!(E_SHAPE, "{name} {} x {}", fmt(a), fmt(b)))
+            if !fits {
+                return Some(crate::err!(E_SHAPE, "{name} {} x {}", fmt(a), fmt(b)));
+            }
+            let (da, db) = (imp::dtype(&ts[0].raw).ok()?, imp::dtype(&ts[1].raw).ok()?);
+            (da != db).then(|| crate::err!(E_DTYPE, "{name}: inputs are {} and {}", da.name(), db.name()))
         }
         ("sub", _) if ts.iter().any(|t| imp::dtype(&t.raw).ok() == Some(DType::Bool)) || matches!(arg(op, resolved, "other"), Some(Value::Scalar(Scalar::Bool(_)))) => {
             Some(crate::err!(E_DTYPE, "sub: subtraction with a bool tensor is not supported (use logical_xor / logical_not)"))

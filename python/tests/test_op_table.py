@@ -449,6 +449,7 @@ def test_generic_entry_equals_the_typed_functions(backend):
     """Each op that also has a typed C function gives the same tensor both ways (bit for bit)."""
     rng = np.random.default_rng(5)
     a, b = (et.from_numpy(rng.normal(size=(3, 4)).astype(np.float32)) for _ in range(2))
+    bt = b.transpose(0, 1)  # held: a temporary's handle would be freed before the call
     lib = et.lib
     pairs = [
         (lambda: et.op("add", a, b), lambda: et._wrap(lib.enkai_tensor_add(a.handle, b.handle))),
@@ -465,7 +466,7 @@ def test_generic_entry_equals_the_typed_functions(backend):
         # The seed's `dim < 0`: every dim.
         (lambda: et.op("sum", a), lambda: et._wrap(lib.enkai_tensor_sum(a.handle, -1, 0))),
         (lambda: et.op("mean", a, dim=None, keepdim=True), lambda: et._wrap(lib.enkai_tensor_mean(a.handle, -1, 1))),
-        (lambda: et.op("matmul", a, b.transpose(0, 1)), lambda: et._wrap(lib.enkai_tensor_matmul(a.handle, b.transpose(0, 1).handle))),
+        (lambda: et.op("matmul", a, bt), lambda: et._wrap(lib.enkai_tensor_matmul(a.handle, bt.handle))),
         (lambda: et.op("transpose", a, dim0=-1, dim1=0), lambda: et._wrap(lib.enkai_tensor_transpose(a.handle, -1, 0))),
         (lambda: et.op("reshape", a, shape=[2, -1]), lambda: et._wrap(lib.enkai_tensor_reshape(a.handle, b"[2,-1]"))),
         (lambda: et.op("view", a, size=[12]), lambda: et._wrap(lib.enkai_tensor_view(a.handle, b"[12]"))),
@@ -476,10 +477,9 @@ def test_generic_entry_equals_the_typed_functions(backend):
         assert g.dtype == t.dtype and g.shape == t.shape
         np.testing.assert_array_equal(g.numpy(), t.numpy())
     # The typed view keeps the seed's copy where the strides allow no view; PyTorch's refuses.
-    t = b.transpose(0, 1)
-    np.testing.assert_array_equal(et._wrap(lib.enkai_tensor_view(t.handle, b"[12]")).numpy(), t.numpy().reshape(12))
+    np.testing.assert_array_equal(et._wrap(lib.enkai_tensor_view(bt.handle, b"[12]")).numpy(), bt.numpy().reshape(12))
     with pytest.raises(et.EnkaiError) as e:
-        et.op("view", t, size=[12])
+        et.op("view", bt, size=[12])
     assert e.value.code in ("E_SHAPE", "E_TORCH")
     # ... and the Python methods built from the schema are the same entry.
     np.testing.assert_array_equal(a.exp().numpy(), et.op("exp", a).numpy())

@@ -180,15 +180,16 @@ pub fn matmul_plain(a: &Raw, b: &Raw) -> Result<Raw> {
     if a.dim() == 0 || b.dim() == 0 {
         crate::bail!(E_SHAPE, "matmul: both arguments need at least 1 dim, got {} x {}", fmt(a.shape()), fmt(b.shape()));
     }
+    // Shapes before dtypes, as PyTorch checks them.
+    if !crate::vocab::matmul_fits(a.shape(), b.shape()) {
+        crate::bail!(E_SHAPE, "matmul {} x {}", fmt(a.shape()), fmt(b.shape()));
+    }
     if a.dtype() != b.dtype() {
         crate::bail!(E_DTYPE, "matmul: inputs are {} and {}", a.dtype().name(), b.dtype().name());
     }
     if a.dtype() == DType::Bool {
         // PyTorch's CPU products return an empty or k = 0 result (all false)
         // before dispatching on the dtype, and refuse bool otherwise.
-        if !crate::vocab::matmul_fits(a.shape(), b.shape()) {
-            crate::bail!(E_SHAPE, "matmul {} x {}", fmt(a.shape()), fmt(b.shape()));
-        }
         if a.numel() > 0 && b.numel() > 0 {
             crate::bail!(E_DTYPE, "matmul is not implemented for bool");
         }
