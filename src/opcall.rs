@@ -799,27 +799,20 @@ fn arg<'r>(op: &OpDef, resolved: &'r Resolved, name: &str) -> Option<&'r Value> 
 /// the arguments given by the C parameters instead of parsed from JSON.
 pub struct Typed {
     overload: &'static str,
-    at: std::sync::OnceLock<Option<(usize, usize)>>,
+    /// The op, and the call with every parameter at its default: found once.
+    base: std::sync::OnceLock<Option<(usize, Resolved)>>,
 }
 
 impl Typed {
     pub const fn new(overload: &'static str) -> Typed {
-        Typed { overload, at: std::sync::OnceLock::new() }
+        Typed { overload, base: std::sync::OnceLock::new() }
     }
 
-    /// Runs the overload on `inputs` (its Tensor parameters in order) with
-    /// the other arguments `given` by name and the rest at their defaults;
-    /// returns the one result's handle.
-    pub fn call(&self, inputs: &[i64], given: &[(&str, Value)]) -> Result<i64> {
-        let at = self.at.get_or_init(|| vocab::ops().iter().find_map(|o| Some((o.index, o.sigs.iter().position(|s| s.text.split('(').next() == Some(self.overload))?))));
-        let Some((op, sig)) = *at else { crate::bail!(E_INVALID_ARG, "{}: not an overload of the op table", self.overload) };
-        if inputs.contains(&0) {
-            // The registry's error for the 0 handle (a typed function has no optional tensors).
-            TENSORS.get_many(inputs)?;
-        }
-        let (op, s) = (&vocab::ops()[op], &vocab::ops()[op].sigs[sig]);
+    fn resolve(&self) -> Option<(usize, Resolved)> {
+        let op = vocab::ops().iter().find(|o| o.sigs.iter().any(|s| s.text.split('(').next() == Some(self.overload)))?;
+        let sig = op.sigs.iter().position(|s| s.text.split('(').next() == Some(self.overload))?;
         let mut next = 0;
-        let args: Vec<Value> = s
+        let args: Vec<Value> = op.sigs[sig]
             .params
             .iter()
             .map(|p| {
@@ -827,13 +820,40 @@ impl Typed {
                     next += 1;
                     return Value::Tensor(next - 1);
                 }
-                given.iter().find(|(n, _)| *n == p.name).map(|(_, v)| v.clone()).or_else(|| p.default.clone()).unwrap_or(Value::None)
+                p.default.clone().unwrap_or(Value::None)
             })
             .collect();
-        let resolved = Resolved { sig, binary: plain_binary(s, &args), args };
+        Some((op.index, Resolved { sig, binary: plain_binary(&op.sigs[sig], &args), args }))
+    }
+
+    /// Runs the overload on `inputs` (its Tensor parameters in order) with
+    /// the other arguments `given` by name and the rest at their defaults;
+    /// returns the one result's handle. A call with nothing `given` (add,
+    /// relu) runs the resolution made once, as `enkai_op`'s memo does.
+    pub fn call(&self, inputs: &[i64], given: &[(&str, Value)]) -> Result<i64> {
+        let Some((op, base)) = self.base.get_or_init(|| self.resolve()) else {
+            crate::bail!(E_INVALID_ARG, "{}: not an overload of the op table", self.overload)
+        };
+        if inputs.contains(&0) {
+            // The registry's error for the 0 handle (a typed function has no optional tensors).
+            TENSORS.get_many(inputs)?;
+        }
+        let op = &vocab::ops()[*op];
         let mut h = 0;
         // SAFETY: one writable slot, `h`.
-        run_resolved(op, &resolved, inputs, &mut unsafe { ResultSlots::new(&mut h, 1) })?;
+        let mut slot = unsafe { ResultSlots::new(&mut h, 1) };
+        if given.is_empty() {
+            run_resolved(op, base, inputs, &mut slot)?;
+        } else {
+            let s = &op.sigs[base.sig];
+            let mut args = base.args.clone();
+            for (name, v) in given {
+                if let Some(i) = s.param(name) {
+                    args[i] = v.clone();
+                }
+            }
+            run_resolved(op, &Resolved { sig: base.sig, binary: plain_binary(s, &args), args }, inputs, &mut slot)?;
+        }
         Ok(h)
     }
 }

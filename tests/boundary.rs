@@ -9,8 +9,8 @@ use enkai_tensor::error::Code;
 use enkai_tensor::ffi::backend::*;
 use enkai_tensor::ffi::library::*;
 #[cfg(not(feature = "torch"))]
-use enkai_tensor::ffi::ops::*;
 use enkai_tensor::ffi::tensor::*;
+use enkai_tensor::ffi::typed::*;
 use enkai_tensor::ffi::{guard, status};
 
 #[test]

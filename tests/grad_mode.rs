@@ -12,8 +12,8 @@ use enkai_tensor::backend::imp;
 use enkai_tensor::dtype::DType;
 use enkai_tensor::ffi::autograd::*;
 use enkai_tensor::ffi::backend::*;
-use enkai_tensor::ffi::ops::*;
 use enkai_tensor::ffi::tensor::*;
+use enkai_tensor::ffi::typed::*;
 
 #[test]
 fn autograd_works_after_a_panic_inside_a_no_grad_scope() {

@@ -7,7 +7,7 @@ use common::*;
 use enkai_tensor::error::Code;
 use enkai_tensor::ffi::backend::*;
 use enkai_tensor::ffi::library::*;
-use enkai_tensor::ffi::ops::*;
+use enkai_tensor::ffi::typed::*;
 use enkai_tensor::ffi::tensor::*;
 
 fn cpu() -> i64 {
