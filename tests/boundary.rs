@@ -8,8 +8,8 @@ use common::*;
 use enkai_tensor::error::Code;
 use enkai_tensor::ffi::backend::*;
 use enkai_tensor::ffi::library::*;
-#[cfg(not(feature = "torch"))]
 use enkai_tensor::ffi::tensor::*;
+#[cfg(not(feature = "torch"))]
 use enkai_tensor::ffi::typed::*;
 use enkai_tensor::ffi::{guard, status};
 
