@@ -166,7 +166,7 @@ pub enum DimsRule {
 
 impl DimsRule {
     /// Why `dims` break this rule (the message after `shape "...": `), or `None`.
-    fn fault(self, dims: &[i64]) -> Option<String> {
+    pub fn fault(self, dims: &[i64]) -> Option<String> {
         let least = if self == DimsRule::Target { -1 } else { 0 };
         if let Some((i, d)) = dims.iter().enumerate().find(|(_, d)| **d < least) {
             return Some(match self {

@@ -780,8 +780,8 @@ fn explain(op: &OpDef, resolved: &Resolved, ts: &[&Tensor]) -> Option<Error> {
         }
         ("reshape" | "view", [x]) => {
             let Some(Value::Ints(target)) = arg(op, resolved, if name == "view" { "size" } else { "shape" }) else { return None };
-            if target.iter().any(|&d| d < -1) || target.iter().filter(|&&d| d == -1).count() > 1 {
-                return Some(crate::err!(E_INVALID_ARG, "{name}: a target shape holds at most one -1 and no other negative size, got {}", fmt(target)));
+            if let Some(why) = crate::json::DimsRule::Target.fault(target) {
+                return Some(crate::err!(E_INVALID_ARG, "{name}: shape {}: {why}", fmt(target)));
             }
             Some(crate::err!(E_SHAPE, "{name}: cannot {name} {} into {}", fmt(x), fmt(target)))
         }
@@ -809,8 +809,7 @@ impl Typed {
     }
 
     fn resolve(&self) -> Option<(usize, Resolved)> {
-        let op = vocab::ops().iter().find(|o| o.sigs.iter().any(|s| s.text.split('(').next() == Some(self.overload)))?;
-        let sig = op.sigs.iter().position(|s| s.text.split('(').next() == Some(self.overload))?;
+        let (op, sig) = vocab::ops().iter().find_map(|o| Some((o, o.sigs.iter().position(|s| s.text.split('(').next() == Some(self.overload))?)))?;
         let mut next = 0;
         let args: Vec<Value> = op.sigs[sig]
             .params

@@ -327,12 +327,9 @@ fn view_strides(old: &[i64], old_strides: &[i64], shape: &[i64]) -> Option<Vec<i
 
 /// Resolves a `-1` and checks the element count.
 fn target_shape(op: &str, x: &Raw, shape: &[i64]) -> Result<Vec<i64>> {
-    // The typed functions' JSON parser has checked these already; `enkai_op`'s ints have not.
-    if let Some(d) = shape.iter().find(|&&d| d < -1) {
-        crate::bail!(E_INVALID_ARG, "{op}: invalid shape dimension {d} (only -1 may be inferred)");
-    }
-    if shape.iter().filter(|&&d| d == -1).count() > 1 {
-        crate::bail!(E_INVALID_ARG, "{op}: only one dimension may be -1, got {}", fmt(shape));
+    // The typed functions' JSON parser has checked this already; `enkai_op`'s ints have not.
+    if let Some(why) = crate::json::DimsRule::Target.fault(shape) {
+        crate::bail!(E_INVALID_ARG, "{op}: shape {}: {why}", fmt(shape));
     }
     let n = x.numel() as i64;
     let Some(known) = shape.iter().filter(|&&d| d != -1).try_fold(1i64, |k, &d| k.checked_mul(d)) else {
