@@ -92,7 +92,7 @@ notorch-test: notorch-build $(NOTORCH_TESTS) build/capi/fuzz build/capi/stress
 # the checkpoint tests cross between this library and the libtorch-free one.
 # Two workers (pytest-xdist): most of the suite's time is spent waiting on
 # subprocesses (ranks, builds, installs), which then overlap.
-python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm build/examples/causal_attention build/examples/accuracy build/examples/sample_tinylm build/examples/gpt2_generate
+python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm build/examples/causal_attention build/examples/accuracy build/examples/sample_tinylm build/examples/gpt2_generate build/examples/llama_generate
 	python -m pytest python/tests -q -n 2 --durations=15
 
 # The client-loop test loads the library with dlopen, as the Enkai runtime does.
@@ -104,7 +104,7 @@ build/capi/%: capi-tests/%.c capi-tests/check.h capi-tests/dlpack_min.h include/
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icapi-tests $< -o $@ $(LDLIBS)
 
-build/examples/%: examples-c/%.c include/enkai_tensor.h $(LIB)
+build/examples/%: examples-c/%.c examples-c/hf_common.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 

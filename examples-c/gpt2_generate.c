@@ -12,44 +12,9 @@
  * library's default or ENKAI_BACKEND (torch, cpu). The test suite checks
  * the tokens and logits against transformers.
  * Build: make build/examples/gpt2_generate */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
-#include <ctype.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include "enkai_tensor.h"
+#include "hf_common.h"
 
-static void fail(const char *what) {
-    fprintf(stderr, "%s failed: %s\n", what, enkai_tensor_last_error());
-    exit(1);
-}
-
-static int64_t must(int64_t h, const char *what) {
-    if (h == 0) fail(what);
-    return h;
-}
-
-/* One-result op: torch.<name>(*inputs, **kwargs). */
-static int64_t op(const char *name, const int64_t *inputs, size_t n, const char *kwargs) {
-    int64_t out;
-    if (enkai_op(name, inputs, n, kwargs, &out, 1) != 1) fail(name);
-    return out;
-}
-
-static void drop(int64_t t) {
-    if (enkai_tensor_free(t)) fail("free");
-}
-
-/* Frees `old` and returns `next`: keeps `x = then(x, f(x))` chains short. */
-static int64_t then(int64_t old, int64_t next) {
-    drop(old);
-    return next;
-}
-
-/* ---- config.json: a small JSON reader for the fields GPT-2 needs ---- */
+/* ---- config.json ---- */
 
 typedef struct {
     double n_embd, n_head, n_layer, n_positions, vocab_size, eps;
@@ -57,167 +22,20 @@ typedef struct {
     int inverse_layer_idx, upcast;
 } Config;
 
-typedef struct {
-    const char *p, *start, *path;
-} Json;
-
-/* E_CKPT_FORMAT: the library's code for a faulty model file. */
-static void json_fail(Json *j, const char *what) {
-    fprintf(stderr, "E_CKPT_FORMAT: %s: %s (byte %ld)\n", j->path, what, (long)(j->p - j->start));
-    exit(1);
-}
-
-static void config_fail(const char *path, const char *what) {
-    fprintf(stderr, "E_CKPT_FORMAT: %s: %s\n", path, what);
-    exit(1);
-}
-
-static void ws(Json *j) {
-    while (isspace((unsigned char)*j->p)) j->p++;
-}
-
-/* A string's contents into buf (escapes kept as the escaped character, \u as '?':
- * only ASCII keys and names are compared). */
-static void json_string(Json *j, char *buf, size_t cap) {
-    size_t n = 0;
-    if (*j->p != '"') json_fail(j, "expected a string");
-    for (j->p++; *j->p != '"'; j->p++) {
-        char c = *j->p;
-        if (c == '\0' || (unsigned char)c < 0x20) json_fail(j, "unterminated string");
-        if (c == '\\') {
-            c = *++j->p;
-            if (c == 'u') {
-                for (int i = 0; i < 4; i++)
-                    if (!isxdigit((unsigned char)*++j->p)) json_fail(j, "bad \\u escape");
-                c = '?';
-            } else if (!c || !strchr("\"\\/bfnrt", c)) {
-                json_fail(j, "bad escape");
-            }
-        }
-        if (n + 1 < cap) buf[n++] = c;
-    }
-    j->p++;
-    if (cap) buf[n] = '\0';
-}
-
-static double json_number(Json *j) {
-    char *end;
-    double v = strtod(j->p, &end);
-    if (end == j->p || !isfinite(v)) json_fail(j, "expected a number");
-    j->p = end;
-    return v;
-}
-
-/* Skips any value; depth-limited so a hostile file cannot overflow the stack. */
-static void json_skip(Json *j, int depth) {
-    ws(j);
-    if (depth > 64) json_fail(j, "nested too deeply");
-    char c = *j->p;
-    if (c == '"') {
-        json_string(j, NULL, 0);
-    } else if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        j->p++;
-        ws(j);
-        if (*j->p == close) {
-            j->p++;
-            return;
-        }
-        for (;;) {
-            if (c == '{') {
-                ws(j);
-                json_string(j, NULL, 0);
-                ws(j);
-                if (*j->p++ != ':') json_fail(j, "expected ':'");
-            }
-            json_skip(j, depth + 1);
-            ws(j);
-            if (*j->p == ',') {
-                j->p++;
-            } else if (*j->p == close) {
-                j->p++;
-                return;
-            } else {
-                json_fail(j, "expected ',' or a closing bracket");
-            }
-        }
-    } else if (!strncmp(j->p, "true", 4) || !strncmp(j->p, "null", 4)) {
-        j->p += 4;
-    } else if (!strncmp(j->p, "false", 5)) {
-        j->p += 5;
-    } else {
-        json_number(j);
-    }
-}
-
-static int json_bool(Json *j) {
-    if (!strncmp(j->p, "true", 4)) return j->p += 4, 1;
-    if (!strncmp(j->p, "false", 5)) return j->p += 5, 0;
-    json_fail(j, "expected true or false");
-    return 0;
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "E_CKPT_MISSING: cannot open %s\n", path);
-        exit(1);
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += got;
-        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    if (!buf || ferror(f)) {
-        fprintf(stderr, "E_CKPT_IO: cannot read %s\n", path);
-        exit(1);
-    }
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
 static Config read_config(const char *path) {
     /* transformers' GPT2Config defaults for the keys a file may leave out. */
     Config c = {.n_embd = 768, .n_head = 12, .n_layer = 12, .n_positions = 1024, .vocab_size = 50257, .eps = 1e-5,
                 .activation = "gelu_new"};
-    char *text = read_file(path);
-    Json j = {text, text, path};
-    ws(&j);
-    if (*j.p++ != '{') json_fail(&j, "expected an object");
-    ws(&j);
-    while (*j.p != '}') {
-        char key[64];
-        json_string(&j, key, sizeof key);
-        ws(&j);
-        if (*j.p++ != ':') json_fail(&j, "expected ':'");
-        ws(&j);
-        struct { const char *name; double *v; } nums[] = {
-            {"n_embd", &c.n_embd}, {"n_head", &c.n_head}, {"n_layer", &c.n_layer},
-            {"n_positions", &c.n_positions}, {"vocab_size", &c.vocab_size}, {"layer_norm_epsilon", &c.eps}};
-        int done = 0;
-        for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
-            if (!strcmp(key, nums[i].name)) *nums[i].v = json_number(&j), done = 1;
-        if (!strcmp(key, "activation_function")) json_string(&j, c.activation, sizeof c.activation), done = 1;
-        if (!strcmp(key, "scale_attn_by_inverse_layer_idx")) c.inverse_layer_idx = json_bool(&j), done = 1;
-        if (!strcmp(key, "reorder_and_upcast_attn")) c.upcast = json_bool(&j), done = 1;
-        if (!done) json_skip(&j, 0);
-        ws(&j);
-        if (*j.p == ',') {
-            j.p++;
-            ws(&j);
-        } else if (*j.p != '}') {
-            json_fail(&j, "expected ',' or '}'");
-        }
-    }
-    j.p++;
-    ws(&j);
-    if (*j.p) json_fail(&j, "trailing characters");
-    free(text);
+    ConfigKey keys[] = {
+        {"n_embd", .num = &c.n_embd}, {"n_head", .num = &c.n_head}, {"n_layer", .num = &c.n_layer}, {"n_positions", .num = &c.n_positions},
+        {"vocab_size", .num = &c.vocab_size}, {"layer_norm_epsilon", .num = &c.eps},
+        {"activation_function", .str = c.activation, .str_cap = sizeof c.activation},
+        {"scale_attn_by_inverse_layer_idx", .flag = &c.inverse_layer_idx},
+        {"reorder_and_upcast_attn", .flag = &c.upcast}};
+    read_config_keys(path, keys, sizeof keys / sizeof keys[0]);
     double ints[] = {c.n_embd, c.n_head, c.n_layer, c.n_positions, c.vocab_size};
     for (size_t i = 0; i < 5; i++)
-        if (ints[i] < 1 || ints[i] > 1e7 || ints[i] != floor(ints[i])) config_fail(path, "a size is not a positive integer");
+        if (!whole(ints[i], 1, 1e7)) config_fail(path, "a size is not a positive integer");
     if ((int64_t)c.n_embd % (int64_t)c.n_head) config_fail(path, "n_embd is not a multiple of n_head");
     if (!(c.eps > 0)) config_fail(path, "layer_norm_epsilon is not positive");
     /* Variants this program does not implement: refused, never run wrong. */
@@ -384,46 +202,6 @@ static int64_t forward(Model *m, const uint32_t *ids, int64_t T, int64_t past, i
     return then(h, must(enkai_tensor_layernorm(h, m->lnf_w, m->lnf_b, m->eps), "layernorm"));
 }
 
-/* The next token from the last position's logits [1, V]: the argmax, or a
- * draw from the top k after dividing by the temperature. */
-static uint32_t pick(int64_t logits, int topk, double temperature) {
-    int64_t token;
-    if (topk <= 0) {
-        token = op("argmax", &logits, 1, "{\"dim\": -1}");
-    } else {
-        char kw[64], top_kw[32];
-        snprintf(kw, sizeof kw, "{\"other\": %.17g}", temperature);
-        snprintf(top_kw, sizeof top_kw, "{\"k\": %d}", topk);
-        int64_t scaled = op("div", &logits, 1, kw), top[2];
-        if (enkai_op("topk", &scaled, 1, top_kw, top, 2) != 2) fail("topk");
-        int64_t probs = must(enkai_tensor_softmax(top[0], -1), "softmax");
-        int64_t drawn = op("multinomial", &probs, 1, "{\"num_samples\": 1}");
-        token = op("gather", (int64_t[]){top[1], drawn}, 2, "{\"dim\": -1}");
-        int64_t done[] = {scaled, top[0], top[1], probs, drawn};
-        for (size_t i = 0; i < 5; i++) drop(done[i]);
-    }
-    double t = enkai_tensor_item(token);
-    if (enkai_tensor_last_error_code()) fail("item");
-    drop(token);
-    return (uint32_t)t;
-}
-
-static void print_logits(int64_t logits, int64_t T, int64_t V) {
-    int64_t f = must(enkai_tensor_to_dtype(logits, "fp32"), "to_dtype");
-    float *v = malloc((size_t)(T * V) * sizeof *v);
-    if (!v || enkai_tensor_copy_to(f, v, (size_t)(T * V) * sizeof *v)) fail("copy_to");
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t i = 0; i < V; i++) printf("%.9g%c", v[t * V + i], i + 1 < V ? ' ' : '\n');
-    free(v);
-    drop(f);
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void usage(void) {
     fprintf(stderr, "usage: gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--temperature T] [--seed S] "
                     "[--device D] [--print-logits]\n");
@@ -455,20 +233,8 @@ int main(int argc, char **argv) {
     int64_t dev = must(enkai_tensor_device(device), "device");
     Model m = load(argv[1], dev);
 
-    size_t T = 0, cap = (size_t)n_new + 1;
-    for (const char *p = argv[2]; *p; p++) cap += *p == ',';
-    uint32_t *ids = malloc(cap * sizeof *ids);
-    if (!ids) fail("malloc");
-    for (char *p = argv[2], *end;; p = end + 1) {
-        long long id = strtoll(p, &end, 10);
-        if (end == p || id < 0 || id >= m.V || (*end && *end != ',')) {
-            fprintf(stderr, "E_INVALID_ARG: prompt ids: \"%s\" is not a comma-separated list of ids below %lld\n",
-                    argv[2], (long long)m.V);
-            return 1;
-        }
-        ids[T++] = (uint32_t)id;
-        if (!*end) break;
-    }
+    size_t T;
+    uint32_t *ids = parse_ids(argv[2], m.V, (size_t)n_new, &T);
     if ((int64_t)(T + (size_t)n_new) > m.P) {
         fprintf(stderr, "E_INVALID_ARG: %zu prompt + %ld new tokens exceed n_positions %lld\n", T, n_new,
                 (long long)m.P);

@@ -345,7 +345,7 @@ fn new_dim(op: &str) -> bool {
 
 /// Inputs whose dtype the op's rule does not govern (indices, masks, conditions).
 fn exempt(p: &str) -> bool {
-    matches!(p, "index" | "indices" | "mask" | "condition" | "sorter" | "sorted_sequence")
+    matches!(p, "index" | "indices" | "mask" | "attn_mask" | "condition" | "sorter" | "sorted_sequence")
 }
 
 /// Checks and completes a resolved call against the inputs: dims
@@ -353,6 +353,17 @@ fn exempt(p: &str) -> bool {
 /// result dtype for elementwise ops.
 fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> Result<(Option<DType>, Option<DType>)> {
     let name = op.name();
+    // A probability (attention's dropout), checked before any backend sees it.
+    if let Some(&Value::Float(p)) = sig.param("dropout_p").map(|i| &args[i]) {
+        if !(0.0..=1.0).contains(&p) {
+            crate::bail!(E_INVALID_ARG, "{name}: dropout probability has to be between 0 and 1, but got {p}");
+        }
+    }
+    // Attention's causal mask and an explicit one exclude each other, as PyTorch documents.
+    let given = |p: &str| sig.param(p).map(|i| &args[i]);
+    if matches!(given("is_causal"), Some(Value::Bool(true))) && matches!(given("attn_mask"), Some(Value::Tensor(i)) if ts[*i].is_some()) {
+        crate::bail!(E_INVALID_ARG, "{name}: explicit attn_mask should not be set when is_causal=True");
+    }
     let first = sig.params.iter().zip(args.iter()).find_map(|(p, v)| match v {
         Value::Tensor(i) if p.ty == Ty::Tensor => ts[*i],
         // As torch.cat wraps dims: against the first tensor that is not a legacy 1-D empty one.

@@ -33,8 +33,8 @@ LOGITS_ATOL = 2e-4
 BF16_ATOL = 1.0
 
 
-def run(model_dir, *args):
-    exe = ROOT / "build" / "examples" / "gpt2_generate"
+def run(model_dir, *args, program="gpt2_generate"):
+    exe = ROOT / "build" / "examples" / program
     if not exe.exists():
         pytest.skip(f"{exe} is not built (make {exe.relative_to(ROOT)})")
     # The library the suite tests (ENKAI_TENSOR_PATH), ahead of the program's RUNPATH.
@@ -180,3 +180,111 @@ def test_gpt2_bf16_follows_transformers_in_bf16(gpt2, tmp_path):
     steps = ref[31:-1]  # the logits each new token was picked from
     assert len(tokens) == 32
     assert all(s[t] >= s.max() - atol for s, t in zip(steps, tokens))
+
+
+# ---------------------------------------------------------------- Llama
+
+def llama_run(model_dir, *args):
+    return run(model_dir, *args, program="llama_generate")
+
+
+def make_llama(path, dtype=torch.float32, **overrides):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    # Grouped-query attention (4 query heads over 2 key/value heads), an
+    # untied lm_head, and a rope_theta off the default so that a wrong
+    # theta shows; initializer_range 0.5 spreads the logits as for GPT-2.
+    kw = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, vocab_size=100, max_position_embeddings=128, rope_theta=500.0,
+              rms_norm_eps=1e-5, initializer_range=0.5, tie_word_embeddings=False,
+              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    kw.update(overrides)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**kw)).eval().to(dtype)
+    model.save_pretrained(path, safe_serialization=True)
+    return model
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llama")
+    return make_llama(path), path
+
+
+def check_logits_and_tokens(model, path, *extra):
+    tokens, logit_lines = generated(llama_run(path, N_NEW, "--print-logits", *extra))
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        ref_logits = model(ids).logits[0].numpy()
+        ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_NEW, do_sample=False,
+                             output_scores=True, return_dict_in_generate=True)
+    got_logits = np.array([[float(v) for v in line.split()] for line in logit_lines], dtype=np.float32)
+    assert got_logits.shape == ref_logits.shape == (32, 100)
+    np.testing.assert_allclose(got_logits, ref_logits, rtol=0, atol=LOGITS_ATOL)
+    top2 = torch.stack(ref.scores)[:, 0].topk(2).values
+    assert (top2[:, 0] - top2[:, 1]).min().item() > 10 * LOGITS_ATOL
+    assert tokens == ref.sequences[0, len(PROMPT):].tolist()
+    return tokens
+
+
+def test_llama_logits_and_greedy_tokens_match_transformers(llama):
+    """RMSNorm, rotary embeddings with rope_theta, grouped-query SDPA, SwiGLU
+    and the untied lm_head, against LlamaForCausalLM: the prompt's logits
+    and 64 greedy tokens with the KV cache; without the cache (the whole
+    sequence recomputed each step) the tokens are the same."""
+    model, path = llama
+    tokens = check_logits_and_tokens(model, path)
+    assert generated(llama_run(path, N_NEW, "--no-cache"))[0] == tokens
+
+
+@pytest.mark.parametrize("variant", [
+    dict(tie_word_embeddings=True, num_key_value_heads=4),  # tied head, plain multi-head attention
+    dict(attention_bias=True, mlp_bias=True, head_dim=8, num_key_value_heads=1),  # biases, head_dim != hidden/heads, MQA
+])
+def test_llama_variants_match_transformers(tmp_path, variant):
+    model = make_llama(tmp_path, **variant)
+    check_logits_and_tokens(model, tmp_path)
+
+
+def test_llama_bf16_is_as_accurate_as_transformers_in_bf16(llama, tmp_path):
+    """The weights saved in bf16 and run in bf16. This random model is badly
+    conditioned in bf16 (transformers' own bf16 logits are up to 2.5 off its
+    fp32 ones), so two bf16 implementations that order their sums
+    differently part by as much: each is held to the fp32 model instead.
+    Ours must be no further from transformers' fp32 logits than
+    transformers' bf16 logits are (max and mean, 25% slack), and each
+    greedy token must be within that bf16 error of the fp32 best at its
+    step (teacher-forced on our own prefix)."""
+    model32 = llama[0]
+    model = copy.deepcopy(model32).to(torch.bfloat16)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    tokens, logit_lines = generated(llama_run(tmp_path, 32, "--print-logits"))
+    ids = torch.tensor([PROMPT + tokens])
+    with torch.no_grad():
+        ref32 = model32(ids).logits[0].numpy()
+        ref16 = model(ids).logits[0].float().numpy()
+    got = np.array([[float(v) for v in line.split()] for line in logit_lines], dtype=np.float32)
+    ours, theirs = np.abs(got - ref32[:32]), np.abs(ref16[:32] - ref32[:32])
+    assert ours.max() <= 1.25 * theirs.max() and ours.mean() <= 1.25 * theirs.mean(), (ours.max(), theirs.max())
+    bound = np.abs(ref16 - ref32).max()
+    assert len(tokens) == 32
+    assert all(s[t] >= s.max() - 2 * bound for s, t in zip(ref32[31:-1], tokens))
+
+
+@pytest.mark.parametrize("config, code", [
+    ('{"hidden_size": 64, "num_attention_heads": 4,', "E_CKPT_FORMAT"),
+    ('{"hidden_size": 64, "num_attention_heads": 3}', "E_CKPT_FORMAT"),  # an odd head_dim (21)
+    ('{"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3}', "E_CKPT_FORMAT"),
+    ('{"hidden_size": 64, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}', "E_UNSUPPORTED"),
+    ('{"hidden_size": 64, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0}}', "E_UNSUPPORTED"),
+    ('{"hidden_size": 64, "rope_parameters": {"rope_theta": "x"}}', "E_CKPT_FORMAT"),
+    ('{"hidden_size": 64, "hidden_act": "gelu"}', "E_UNSUPPORTED"),
+])
+def test_llama_bad_or_unsupported_config_is_a_clean_error(llama, tmp_path, config, code):
+    _, path = llama
+    (tmp_path / "config.json").write_text(config)
+    (tmp_path / "model.safetensors").symlink_to(path / "model.safetensors")
+    out = llama_run(tmp_path, 4)
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    assert out.stderr.startswith(code + ": ") and "config.json" in out.stderr, out.stderr
+    assert out.stdout == ""

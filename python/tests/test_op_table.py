@@ -12,6 +12,10 @@ Tolerances, by result dtype:
 - fp16: rtol 2e-3, bf16: rtol 1.6e-2: both compute in fp32 and round once,
   so results differ by at most one rounding of the storage type.
 Gradients use the same classes, with atol scaled by the gradient's size.
+One op is looser (LOOSE): attention's softmax over products of inputs of
+std 1.5 amplifies rounding, so two fp32 evaluations differ by more than one
+ulp: measured over 300 seeds of its float-mask case, PyTorch's own fp32
+gradient is 4.5e-6 off its fp64 one, and ours 4.5e-6.
 """
 
 import gc
@@ -91,12 +95,17 @@ def to_numpy(t):
     return t.numpy()
 
 
-def check_close(ours, ref, what):
+# Ops whose fp32/fp64 atol is this many times the class's (the docstring says why).
+LOOSE = {"scaled_dot_product_attention": 20}
+
+
+def check_close(ours, ref, what, loose=1):
     assert NAMES[ref.dtype] == ours.dtype, f"{what}: dtype {ours.dtype}, torch {ref.dtype}"
     assert tuple(ours.shape) == tuple(ref.shape), f"{what}: shape {ours.shape}, torch {tuple(ref.shape)}"
     a, b = to_numpy(ours), to_numpy(ref)
     if ours.dtype in TOL:
         rtol, atol = TOL[ours.dtype]
+        atol = atol * loose if ours.dtype in ("fp32", "fp64") else atol
         np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
     else:
         np.testing.assert_array_equal(a, b, err_msg=what)
@@ -384,7 +393,7 @@ def test_op_cases(name, backend):
                     for g, r in zip(got, refs):
                         if isinstance(r, bool):
                             r = torch.tensor(r)
-                        check_close(g, r, what)
+                        check_close(g, r, what, LOOSE.get(name, 1))
                     if name.endswith("_"):
                         check_close(ours_in[0], torch_in[0], f"self of {what}")
                     checked += 1
@@ -426,7 +435,7 @@ def check_case_grad(rng, ov, case, kw):
         total.backward()
         for i, g_ref in zip(diff, grads):
             if g_ref is not None:
-                check_close(flat_o[i].grad, g_ref, f"grad {i} of {ov['overload']} {dtype} {case}")
+                check_close(flat_o[i].grad, g_ref, f"grad {i} of {ov['overload']} {dtype} {case}", LOOSE.get(ov["name"], 1))
 
 
 def test_nonfinite_kwargs_pass_as_python_writes_them(backend):
@@ -450,6 +459,8 @@ def test_generic_entry_equals_the_typed_functions(backend):
     rng = np.random.default_rng(5)
     a, b = (et.from_numpy(rng.normal(size=(3, 4)).astype(np.float32)) for _ in range(2))
     bt = b.transpose(0, 1)  # held: a temporary's handle would be freed before the call
+    w, bias = et.from_numpy(rng.normal(size=(4, 5)).astype(np.float32)), et.from_numpy(rng.normal(size=(5,)).astype(np.float32))
+    w_out_in = w.transpose(0, 1)
     lib = et.lib
     pairs = [
         (lambda: et.op("add", a, b), lambda: et._wrap(lib.enkai_tensor_add(a.handle, b.handle))),
@@ -471,6 +482,8 @@ def test_generic_entry_equals_the_typed_functions(backend):
         (lambda: et.op("reshape", a, shape=[2, -1]), lambda: et._wrap(lib.enkai_tensor_reshape(a.handle, b"[2,-1]"))),
         (lambda: et.op("view", a, size=[12]), lambda: et._wrap(lib.enkai_tensor_view(a.handle, b"[12]"))),
         (lambda: et.op("detach", a), lambda: et._wrap(lib.enkai_tensor_detach(a.handle))),
+        # The seed's typed linear takes the weight [in, out]; F.linear nn.Linear's [out, in].
+        (lambda: et.op("linear", a, w_out_in, bias), lambda: et._wrap(lib.enkai_tensor_linear(a.handle, w.handle, bias.handle))),
     ]
     for generic, typed in pairs:
         g, t = generic(), typed()

@@ -3,6 +3,7 @@
 //! and a fork-join pool of our own (`par`), and a reverse-mode tape (`autograd`). It needs no
 //! libtorch; `Native` implements the contract (`backend::contract`) as `torch::Torch` does.
 
+mod attention;
 pub mod autocast;
 mod autograd;
 pub mod elem;

@@ -41,6 +41,7 @@ pub static FORMS: &[(&str, &[&str])] = &[
     ("clamp_", &[]),
     ("masked_fill_", &[r#"{"inputs": [[3, 4], {"shape": [4], "dtype": "bool"}], "kwargs": {"value": 2}}"#]),
     ("index_put_", &[]),
+    ("index_copy_", &[]),
 ];
 
 /// The row of the in-place form `name` of `twin`: every overload of the twin

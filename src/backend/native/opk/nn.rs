@@ -1,0 +1,415 @@
+//! Native kernels of the op table's layers (`table/nn.rs`): `linear`,
+//! `layer_norm`, `rms_norm` and `scaled_dot_product_attention`, with
+//! `torch.nn.functional`'s semantics. Each computes in f32 (fp32, bf16,
+//! fp16) or f64 and rounds its result once.
+
+use super::super::attention::{self, Problem};
+use super::super::autograd::{needs_grad, record_saving};
+use super::super::elem::{with_elem, Elem};
+use super::super::fused::Real;
+use super::super::kernels::{cast_to, copy_into, Ptr};
+use super::super::ops::{convert, full, reshape, sum_to, transpose};
+use super::super::par;
+use super::super::tensor::{numel, Raw};
+use super::{input, Kernel};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::json::write_int_list as fmt;
+use crate::vocab::{self, Call};
+use num_traits::{FromPrimitive, Zero};
+
+/// Runs `$body` with `$R` the computing type of floating dtype `$dt`.
+macro_rules! with_real {
+    ($op:expr, $dt:expr, $R:ident => $body:expr) => {
+        match $dt {
+            DType::F64 => {
+                type $R = f64;
+                $body
+            }
+            DType::F32 | DType::BF16 | DType::F16 => {
+                type $R = f32;
+                $body
+            }
+            d => crate::bail!(E_DTYPE, "{} needs a floating dtype, got {}", $op, d.name()),
+        }
+    };
+}
+
+/// Optional tensor input `i` (left out or 0).
+fn opt<'a>(ins: &[Option<&'a Raw>], i: usize) -> Option<&'a Raw> {
+    ins.get(i).copied().flatten()
+}
+
+/// `t` as a contiguous tensor of the computing type `R` (itself when it already is).
+fn real<R: Elem>(t: &Raw) -> Result<Raw> {
+    if t.dtype() == R::DT && t.is_contiguous() {
+        return Ok(t.detached());
+    }
+    with_elem!(t.dtype(), S => cast_to::<S, R>(t))
+}
+
+// ------------------------------------------------------------------ linear
+
+/// `F.linear(input, weight, bias)`: `input @ weight.T + bias`, `weight` `[out, in]`.
+fn linear(_: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let (x, w) = (input(ins, 0), input(ins, 1));
+    let wt = if w.dim() == 2 { transpose(w, 0, 1)? } else { w.clone() };
+    Ok(vec![super::super::linear(x, &wt, opt(ins, 2))?])
+}
+
+// ------------------------------------------------------------------ norms
+
+/// The rows a norm over `normalized_shape` works on, after PyTorch's checks
+/// of the input and the affine parameters.
+fn norm_shape(op: &str, x: &Raw, shape: &[i64], params: &[(&str, Option<&Raw>)]) -> Result<usize> {
+    let xs = x.shape();
+    if shape.is_empty() || shape.len() > xs.len() || xs[xs.len() - shape.len()..] != *shape {
+        crate::bail!(E_SHAPE, "{op}: given normalized_shape={}, expected input with shape [*, {}], but got input of size {}", fmt(shape), fmt(shape).trim_matches(['[', ']']), fmt(xs));
+    }
+    for (name, p) in params {
+        if let Some(p) = p.filter(|p| p.shape() != shape) {
+            crate::bail!(E_SHAPE, "{op}: expected {name} to be of same shape as normalized_shape, but got {name} of shape {} and normalized_shape = {}", fmt(p.shape()), fmt(shape));
+        }
+    }
+    Ok(numel(shape))
+}
+
+/// `F.layer_norm(input, normalized_shape, weight, bias, eps)`.
+fn layer_norm(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let (x, w, b) = (input(ins, 0), opt(ins, 1), opt(ins, 2));
+    let shape = call.ints("normalized_shape").unwrap_or(&[]);
+    norm_shape("layer_norm", x, shape, &[("weight", w), ("bias", b)])?;
+    let ones;
+    let w = match w {
+        Some(w) => w,
+        None => {
+            ones = full(shape, x.dtype(), 1.0)?;
+            &ones
+        }
+    };
+    Ok(vec![super::super::nn::layernorm(x, w, b, call.float("eps").unwrap_or(1e-5))?])
+}
+
+/// `F.rms_norm(input, normalized_shape, weight, eps)`: `x · rsqrt(mean(x²) + eps) · weight`
+/// over the last `len(normalized_shape)` dims; `eps` None is the computing
+/// type's machine epsilon, as PyTorch takes it.
+fn rms_norm(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let (x, w) = (input(ins, 0), opt(ins, 1));
+    let shape = call.ints("normalized_shape").unwrap_or(&[]);
+    let n = norm_shape("rms_norm", x, shape, &[("weight", w)])?;
+    let out_dt = w.map_or(x.dtype(), |w| vocab::promote_types(x.dtype(), w.dtype()));
+    let (out, saved) = with_real!("rms_norm", out_dt, R => {
+        let eps = call.float("eps").unwrap_or(if R::DT == DType::F64 { f64::EPSILON } else { f32::EPSILON as f64 });
+        let xr = real::<R>(x)?;
+        let wr = w.map(real::<R>).transpose()?;
+        let rows = xr.numel().checked_div(n).unwrap_or(0);
+        let (y, rstd) = (Raw::empty(x.shape(), R::DT)?, Raw::empty(&[rows as i64], R::DT)?);
+        rms_rows::<R>(xr.slice(), wr.as_ref().map(|w| w.slice()), n, R::from_f64(eps).unwrap_or(R::zero()), y.slice_mut(), rstd.slice_mut());
+        (convert(&y, out_dt)?, (xr, wr, rstd))
+    });
+    let inputs: Vec<&Raw> = [Some(x), w].into_iter().flatten().collect();
+    if !needs_grad(&inputs) {
+        return Ok(vec![out]);
+    }
+    let (xd, wd) = (x.dtype(), w.map(|w| w.dtype()));
+    Ok(vec![record_saving(out, "RmsNormBackward0", &inputs, &inputs, false, move |g| {
+        let (xr, wr, rstd) = &saved;
+        let (dx, dw) = with_real!("rms_norm", xr.dtype(), R => {
+            let gr = real::<R>(g)?;
+            let dx = Raw::empty(xr.shape(), R::DT)?;
+            let dw = wr.as_ref().map(|w| Raw::zeros(w.shape(), R::DT)).transpose()?;
+            rms_back_rows::<R>(gr.slice(), xr.slice(), wr.as_ref().map(|w| w.slice()), rstd.slice(), n, dx.slice_mut(), dw.as_ref().map(|d| d.slice_mut()));
+            (dx, dw)
+        });
+        let mut grads = vec![Some(convert(&dx, xd)?)];
+        if let (Some(dw), Some(wd)) = (dw, wd) {
+            grads.push(Some(convert(&dw, wd)?));
+        }
+        Ok(grads)
+    })])
+}
+
+/// Rows per task of the norm loops, so that a task is about `par::GRAIN` elements.
+fn row_block(n: usize) -> usize {
+    (par::GRAIN / n.max(1)).max(1)
+}
+
+fn rms_rows<R: Real>(x: &[R], w: Option<&[R]>, n: usize, eps: R, y: &mut [R], rstd: &mut [R]) {
+    let rows = rstd.len();
+    let block = row_block(n);
+    let (py, pr) = (Ptr(y.as_mut_ptr()), Ptr(rstd.as_mut_ptr()));
+    let nn = R::from_usize(n).unwrap_or(R::one());
+    let task = |t: usize| {
+        for r in t * block..rows.min((t + 1) * block) {
+            let xs = &x[r * n..(r + 1) * n];
+            // SAFETY: task t writes its own rows.
+            let ys = unsafe { std::slice::from_raw_parts_mut(py.at((r * n) as isize), n) };
+            let ms = xs.iter().fold(R::zero(), |a, &v| a + v * v) / nn;
+            let rs = R::one() / (ms + eps).sqrt();
+            unsafe { *pr.at(r as isize) = rs };
+            match w {
+                Some(w) => ys.iter_mut().zip(xs.iter().zip(w)).for_each(|(y, (&x, &w))| *y = x * rs * w),
+                None => ys.iter_mut().zip(xs).for_each(|(y, &x)| *y = x * rs),
+            }
+        }
+    };
+    par::for_each(rows.div_ceil(block), &task);
+}
+
+/// `dx = rstd · (g·w) - x · rstd³ · mean(g·w·x)` per row; `dw = Σ_rows g · x · rstd`.
+fn rms_back_rows<R: Real>(g: &[R], x: &[R], w: Option<&[R]>, rstd: &[R], n: usize, dx: &mut [R], dw: Option<&mut [R]>) {
+    let rows = rstd.len();
+    let nn = R::from_usize(n).unwrap_or(R::one());
+    let block = row_block(n);
+    let pd = Ptr(dx.as_mut_ptr());
+    let task = |t: usize| {
+        for r in t * block..rows.min((t + 1) * block) {
+            let (gs, xs, rs) = (&g[r * n..(r + 1) * n], &x[r * n..(r + 1) * n], rstd[r]);
+            // SAFETY: task t writes its own rows.
+            let ds = unsafe { std::slice::from_raw_parts_mut(pd.at((r * n) as isize), n) };
+            let gw = |i: usize| w.map_or(gs[i], |w| gs[i] * w[i]);
+            let dot = (0..n).fold(R::zero(), |a, i| a + gw(i) * xs[i]) / nn;
+            let c = rs * rs * rs * dot;
+            for (i, d) in ds.iter_mut().enumerate() {
+                *d = rs * gw(i) - xs[i] * c;
+            }
+        }
+    };
+    par::for_each(rows.div_ceil(block), &task);
+    if let Some(dw) = dw {
+        // In row order: the sum does not depend on the thread count.
+        for r in 0..rows {
+            let (gs, xs, rs) = (&g[r * n..(r + 1) * n], &x[r * n..(r + 1) * n], rstd[r]);
+            for ((d, &g), &x) in dw.iter_mut().zip(gs).zip(xs) {
+                *d = *d + g * x * rs;
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ attention
+
+/// For every entry of the batch shape `out`, the flat entry of a tensor
+/// with batch shape `t` (right-aligned, size-1 dims broadcast) that it
+/// reads; `rep` > 1 maps `rep` consecutive heads (the last batch dim) to one
+/// (grouped-query attention).
+fn batch_map(out: &[i64], t: &[i64], rep: usize) -> Vec<usize> {
+    let (n, off) = (numel(out), out.len() - t.len());
+    let strides = super::super::tensor::contiguous_strides(t);
+    (0..n)
+        .map(|mut f| {
+            let mut src = 0;
+            for d in (0..out.len()).rev() {
+                let i = f % out[d] as usize;
+                f /= out[d] as usize;
+                if d >= off {
+                    let td = d - off;
+                    let i = if t[td] == 1 { 0 } else if rep > 1 && d + 1 == out.len() { i / rep } else { i };
+                    src += i * strides[td] as usize;
+                }
+            }
+            src
+        })
+        .collect()
+}
+
+/// Sums the slabs of `full` (one per output batch entry, `slab` elements)
+/// into the entries of a tensor of `shape` they were read from (`at`); no
+/// copy when each entry was read once, in order.
+fn gather_sum<R: Real + Elem>(full: &Raw, at: &[usize], slab: usize, shape: &[i64]) -> Result<Raw> {
+    if at.iter().enumerate().all(|(i, &a)| a == i) && numel(shape) == full.numel() {
+        return reshape(full, shape);
+    }
+    let out = Raw::zeros(shape, R::DT)?;
+    let (o, f) = (out.slice_mut::<R>(), full.slice::<R>());
+    for (b, &src) in at.iter().enumerate() {
+        for (d, &v) in o[src * slab..(src + 1) * slab].iter_mut().zip(&f[b * slab..(b + 1) * slab]) {
+            *d = *d + v;
+        }
+    }
+    Ok(out)
+}
+
+/// The shapes of one `scaled_dot_product_attention` call, checked as PyTorch checks them.
+struct Shapes {
+    batch: Vec<i64>,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    rep: usize,
+}
+
+const SDPA: &str = "scaled_dot_product_attention";
+
+fn sdpa_shapes(q: &Raw, k: &Raw, v: &Raw, mask: Option<&Raw>, gqa: bool) -> Result<Shapes> {
+    if q.dim() < 2 || k.dim() < 2 || v.dim() < 2 {
+        crate::bail!(E_SHAPE, "{SDPA}: expected query, key and value to all be at least 2 dimensional, got {}, {} and {}", fmt(q.shape()), fmt(k.shape()), fmt(v.shape()));
+    }
+    let dt = q.dtype();
+    if !dt.is_float() || k.dtype() != dt || v.dtype() != dt {
+        crate::bail!(E_DTYPE, "{SDPA}: expected query, key and value to have the same floating dtype, got {}, {} and {}", dt.name(), k.dtype().name(), v.dtype().name());
+    }
+    if let Some(m) = mask.filter(|m| !matches!(m.dtype(), DType::Bool | DType::F32) && m.dtype() != dt) {
+        crate::bail!(E_DTYPE, "{SDPA}: expected attn_mask dtype to be bool or float or to match query dtype, got {} and query {}", m.dtype().name(), dt.name());
+    }
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let (l, s, e, ev) = (qs[qs.len() - 2], ks[ks.len() - 2], qs[qs.len() - 1], vs[vs.len() - 1]);
+    if ks[ks.len() - 1] != e || vs[vs.len() - 2] != s {
+        crate::bail!(E_SHAPE, "{SDPA}: query {}, key {} and value {} do not fit: key needs [*, S, {e}], value [*, S, Ev] with the key's S", fmt(qs), fmt(ks), fmt(vs));
+    }
+    let (qb, mut kb, mut vb) = (qs[..qs.len() - 2].to_vec(), ks[..ks.len() - 2].to_vec(), vs[..vs.len() - 2].to_vec());
+    let mut rep = 1;
+    if gqa && !qb.is_empty() && !kb.is_empty() && !vb.is_empty() {
+        let (hq, hk, hv) = (qb[qb.len() - 1], kb[kb.len() - 1], vb[vb.len() - 1]);
+        if hk != hv || hk == 0 || hq % hk != 0 {
+            crate::bail!(E_SHAPE, "{SDPA}: with enable_gqa, the number of heads in key and value must be equal and divide the number in query, got {hq}, {hk} and {hv}");
+        }
+        rep = (hq / hk) as usize;
+        *kb.last_mut().unwrap_or(&mut 0) = hq;
+        *vb.last_mut().unwrap_or(&mut 0) = hq;
+    }
+    let batch = vocab::broadcast(&qb, &kb).and_then(|b| vocab::broadcast(&b, &vb));
+    let Some(batch) = batch else {
+        crate::bail!(E_SHAPE, "{SDPA}: the batch dims of query {}, key {} and value {} do not broadcast", fmt(qs), fmt(ks), fmt(vs));
+    };
+    if let Some(m) = mask {
+        let full: Vec<i64> = batch.iter().copied().chain([l, s]).collect();
+        if vocab::broadcast(m.shape(), &full).as_deref() != Some(&full[..]) {
+            crate::bail!(E_SHAPE, "{SDPA}: attn_mask {} does not broadcast to the scores' shape {}", fmt(m.shape()), fmt(&full));
+        }
+    }
+    Ok(Shapes { batch, l: l as usize, s: s as usize, e: e as usize, ev: ev as usize, rep })
+}
+
+/// `F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
+/// is_causal, scale=, enable_gqa=)` on the fused kernel (`native::attention`).
+fn scaled_dot_product_attention(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let (q, k, v, mask) = (input(ins, 0), input(ins, 1), input(ins, 2), opt(ins, 3));
+    let drop = call.float("dropout_p").unwrap_or(0.0); // in [0, 1]: checked by core
+    let sh = sdpa_shapes(q, k, v, mask, call.bool("enable_gqa").unwrap_or(false))?;
+    with_real!(SDPA, q.dtype(), R => sdpa_run::<R>(call, q, k, v, mask, drop, sh))
+}
+
+/// One call's operands in the computing type, kept by the backward pass.
+struct Attn<R> {
+    sh: Shapes,
+    scale: R,
+    causal: bool,
+    q_at: Vec<usize>,
+    k_at: Vec<usize>,
+    v_at: Vec<usize>,
+    q: Raw,
+    k: Raw,
+    v: Raw,
+    /// The mask as an additive bias `[mask batch.., L, S]`, the entry each
+    /// output batch entry reads, and the mask's batch shape; or zeros.
+    bias: Option<(Raw, Vec<usize>, Vec<i64>)>,
+    no_bias: Vec<usize>,
+    /// Dropout's multipliers `[batch, L, S]`.
+    keep: Option<Raw>,
+}
+
+impl<R: Real + Elem> Attn<R> {
+    fn problem(&self) -> Problem<'_, R> {
+        let sh = &self.sh;
+        Problem {
+            l: sh.l,
+            s: sh.s,
+            e: sh.e,
+            ev: sh.ev,
+            scale: self.scale,
+            causal: self.causal,
+            q_at: &self.q_at,
+            k_at: &self.k_at,
+            v_at: &self.v_at,
+            bias_at: self.bias.as_ref().map_or(&self.no_bias[..], |b| &b.1[..]),
+            q: self.q.slice(),
+            k: self.k.slice(),
+            v: self.v.slice(),
+            bias: self.bias.as_ref().map(|b| b.0.slice::<R>()),
+            keep: self.keep.as_ref().map(|z| z.slice::<R>()),
+        }
+    }
+}
+
+fn sdpa_run<R: Real + Elem>(call: &Call, q: &Raw, k: &Raw, v: &Raw, mask: Option<&Raw>, drop: f64, sh: Shapes) -> Result<Vec<Raw>> {
+    let (l, s, e, ev) = (sh.l, sh.s, sh.e, sh.ev);
+    let batch = numel(&sh.batch);
+    let bshape = |t: &Raw| t.shape()[..t.dim() - 2].to_vec();
+    // The mask as an additive bias over its own batch dims, its [L, S] expanded.
+    let bias = match mask {
+        Some(m) => {
+            let mb: Vec<i64> = if m.dim() > 2 { m.shape()[..m.dim() - 2].to_vec() } else { vec![] };
+            let shape: Vec<i64> = mb.iter().copied().chain([l as i64, s as i64]).collect();
+            let dst = Raw::empty(&shape, R::DT)?;
+            with_elem!(m.dtype(), S => copy_into::<S, R>(&dst, m));
+            if m.dtype() == DType::Bool {
+                dst.slice_mut::<R>().iter_mut().for_each(|x| *x = if *x == R::zero() { R::neg_infinity() } else { R::zero() });
+            }
+            Some((dst, batch_map(&sh.batch, &mb, 1), mb))
+        }
+        None => None,
+    };
+    let keep = if drop > 0.0 {
+        let z = Raw::empty(&[batch as i64, l as i64, s as i64], R::DT)?;
+        super::super::rng::bernoulli_scaled(&z, 1.0 - drop, if drop < 1.0 { 1.0 / (1.0 - drop) } else { 0.0 });
+        Some(z)
+    } else {
+        None
+    };
+    let scale = call.float("scale").unwrap_or(1.0 / (e as f64).sqrt());
+    let at = Attn {
+        scale: R::from_f64(scale).unwrap_or(R::one()),
+        causal: call.bool("is_causal").unwrap_or(false),
+        q_at: batch_map(&sh.batch, &bshape(q), 1),
+        k_at: batch_map(&sh.batch, &bshape(k), sh.rep),
+        v_at: batch_map(&sh.batch, &bshape(v), sh.rep),
+        q: real::<R>(q)?,
+        k: real::<R>(k)?,
+        v: real::<R>(v)?,
+        bias,
+        no_bias: vec![0; batch],
+        keep,
+        sh,
+    };
+    let oshape: Vec<i64> = at.sh.batch.iter().copied().chain([l as i64, ev as i64]).collect();
+    let (out, lse) = (Raw::empty(&oshape, R::DT)?, Raw::empty(&[batch as i64, l as i64], R::DT)?);
+    attention::forward(&at.problem(), out.slice_mut(), lse.slice_mut());
+    let result = convert(&out, q.dtype())?;
+    let inputs: Vec<&Raw> = [Some(q), Some(k), Some(v), mask].into_iter().flatten().collect();
+    if !needs_grad(&inputs) {
+        return Ok(vec![result]);
+    }
+    let dts: Vec<(DType, Vec<i64>)> = inputs.iter().map(|t| (t.dtype(), t.shape().to_vec())).collect();
+    let float_mask = mask.is_some_and(|m| m.dtype().is_float() && m.requires_grad());
+    Ok(vec![record_saving(result, "ScaledDotProductFlashAttentionForCpuBackward0", &inputs, &inputs, false, move |g| {
+        let gr = real::<R>(g)?;
+        let full = |n: usize| Raw::empty(&[(batch * n) as i64], R::DT);
+        let (dq, dk, dv) = (full(l * e)?, full(s * e)?, full(s * ev)?);
+        let db = if float_mask { Some(full(l * s)?) } else { None };
+        attention::backward(&at.problem(), out.slice(), lse.slice(), gr.slice(), dq.slice_mut(), dk.slice_mut(), dv.slice_mut(), db.as_ref().map(|d| d.slice_mut()));
+        let back = |d: &Raw, at: &[usize], slab: usize, i: usize| -> Result<Option<Raw>> {
+            let (dt, shape) = &dts[i];
+            Ok(Some(convert(&gather_sum::<R>(d, at, slab, shape)?, *dt)?))
+        };
+        let mut grads = vec![back(&dq, &at.q_at, l * e, 0)?, back(&dk, &at.k_at, s * e, 1)?, back(&dv, &at.v_at, s * ev, 2)?];
+        match (db, at.bias.as_ref()) {
+            (Some(db), Some((_, bat, mb))) => {
+                let shape: Vec<i64> = mb.iter().copied().chain([l as i64, s as i64]).collect();
+                let d = gather_sum::<R>(&db, bat, l * s, &shape)?;
+                grads.push(Some(convert(&sum_to(&d, &dts[3].1)?, dts[3].0)?));
+            }
+            _ if dts.len() > 3 => grads.push(None),
+            _ => {}
+        }
+        Ok(grads)
+    })])
+}
+
+pub const KERNELS: &[(&str, Kernel)] = &[
+    ("linear", linear),
+    ("layer_norm", layer_norm),
+    ("rms_norm", rms_norm),
+    ("scaled_dot_product_attention", scaled_dot_product_attention),
+];
