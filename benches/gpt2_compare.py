@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.utils import logging as hf_logging
 
 N_PROMPT, N_NEW, ROUNDS = 32, 128, 2
 PROMPT = [(7919 * i + 13) % 50257 for i in range(N_PROMPT)]
@@ -62,6 +63,7 @@ def main():
     # No bos/eos: exactly N_NEW tokens on every side.
     config = GPT2Config(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024,
                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    hf_logging.disable_progress_bar()
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()
     sides = [("native backend", lambda n: ours(exe, d, n, "cpu", None)),
