@@ -1,15 +1,22 @@
 // The C++ header (include/enkai_tensor.hpp) as a program would use it, under
 // valgrind: RAII semantics (copy = retain, move, release/adopt), errors as
 // exceptions with the right code, operators, spans, an autocast guard, and a
-// small MLP trained with AdamW and a GradScaler. Every handle is freed by a
-// destructor: the live counters end where they started.
+// small MLP trained with AdamW and a GradScaler, and a safetensors round trip
+// through SafetensorsFile and save_safetensors (names and metadata with
+// escapes and non-ASCII text). Every handle is freed by a destructor: the
+// live counters end where they started.
 #include "enkai_tensor.hpp"
 #include "dlpack_min.h"
 
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -153,12 +160,79 @@ static void train(const enkai::Device& cpu) {
   CHECK(enkai::is_grad_enabled());
 }
 
+// save_safetensors, then SafetensorsFile's names, info, get and metadata read
+// it back (python/tests/test_cpp_safetensors.py checks the same calls
+// against the reference `safetensors` package).
+static void safetensors(const enkai::Device& cpu) {
+  const enkai::LiveCounts base = enkai::live();
+  char tmpl[] = "/tmp/enkai_cpp_st_XXXXXX";
+  CHECK(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl, path = dir + "/t.safetensors";
+  // JSON escapes both ways: quotes, backslashes, control characters, 2-, 3- and 4-byte UTF-8.
+  const std::string odd = "h.0.\"q\"\\b\t\n\x01 \xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80";
+  const std::map<std::string, std::string> meta{{"format", "pt"}, {"note", "a \"quoted\" \\ value\n\xc3\xbc"}};
+  {
+    const float w[6] = {1, 2, 3, 4, 5, -6.5f};
+    auto fp32 = enkai::Tensor::from_data<float>(w, {2, 3}, cpu);
+    auto ids = enkai::Tensor::from_data(std::vector<int64_t>{-1, 0, 1LL << 40}, {3}, cpu);
+    auto half = fp32.transpose(0, 1).to_dtype("bf16");  // not contiguous: written contiguous
+    const bool b[4] = {true, false, false, true};
+    auto flags = enkai::Tensor::from_data<bool>(b, {2, 2}, cpu);
+    enkai::save_safetensors(path, std::vector<std::pair<std::string, enkai::Tensor>>{
+                                      {"w", fp32}, {odd, ids}, {"half", half}, {"flags", flags}},
+                            meta);
+  }
+  CHECK(enkai::live() == base);
+  {
+    enkai::SafetensorsFile f(path);
+    CHECK(enkai::live().safetensors == base.safetensors + 1);
+    // The reference layout: largest alignment first, then by name.
+    CHECK((f.names() == std::vector<std::string>{odd, "w", "half", "flags"}));
+    const enkai::TensorInfo i = f.info("half");
+    CHECK(i.dtype == "BF16" && (i.shape == enkai::Shape{3, 2}));
+    CHECK(f.info(odd).dtype == "I64" && f.info("flags").dtype == "BOOL" && (f.info("w").shape == enkai::Shape{2, 3}));
+    CHECK(f.metadata() == meta);
+    auto w = f.get("w", cpu);
+    CHECK(w.dtype() == "fp32" && (w.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, -6.5f}));
+    CHECK((f.get(odd, cpu).to_vector<int64_t>() == std::vector<int64_t>{-1, 0, 1LL << 40}));
+    CHECK((f.get("half", cpu).to_dtype("fp32").to_vector<float>() == std::vector<float>{1, 4, 2, 5, 3, -6.5f}));
+    CHECK(f.get("flags", cpu).to_dtype("int64").sum().item() == 2.0);
+    CHECK_THROWS(f.get("nope", cpu), E_INVALID_ARG);
+    CHECK_THROWS(f.info("nope"), E_INVALID_ARG);
+    CHECK_THROWS(f.get(std::string("w\0x", 3), cpu), E_INVALID_ARG);
+
+    // Move-only: the handle moves; a tensor outlives the file it came from.
+    enkai::SafetensorsFile g = std::move(f);
+    CHECK(!f && g && enkai::live().safetensors == base.safetensors + 1);
+    g.reset();
+    CHECK(enkai::live().safetensors == base.safetensors && w.sum().item() == 8.5);
+    CHECK_THROWS(g.names(), E_HANDLE_INVALID);
+  }
+  CHECK_THROWS(enkai::SafetensorsFile(dir + "/missing.safetensors"), E_CKPT_MISSING);
+  std::ofstream(dir + "/junk.safetensors") << "not a safetensors file";
+  CHECK_THROWS(enkai::SafetensorsFile(dir + "/junk.safetensors"), E_CKPT_FORMAT);
+  {
+    auto t = enkai::Tensor::zeros({1}, "fp32", cpu);
+    const std::string dup = dir + "/dup.safetensors";
+    CHECK_THROWS(enkai::save_safetensors(dup, std::vector<std::pair<std::string, enkai::Tensor>>{{"a", t}, {"a", t}}),
+                 E_INVALID_ARG);
+    CHECK(!std::filesystem::exists(dup));  // atomic: nothing left behind
+    std::map<std::string, enkai::Tensor> none;
+    enkai::save_safetensors(dir + "/empty.safetensors", none);
+    enkai::SafetensorsFile e(dir + "/empty.safetensors");
+    CHECK(e.names().empty() && e.metadata().empty());
+  }
+  std::filesystem::remove_all(dir);
+  CHECK(enkai::live() == base);
+}
+
 int main() {
   const enkai::LiveCounts base = enkai::live();
   {
     enkai::Device cpu("cpu");
     semantics(cpu);
     train(cpu);
+    safetensors(cpu);
   }
   CHECK(enkai::live() == base);
   std::printf("capi-cpp: %d passed, %d failed\n", passed, failed);

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <stdexcept>
 #include <type_traits>
@@ -505,17 +506,295 @@ inline Tensor forward_tinylm(const Tensors& params, span<const uint32_t> inputs,
                                                    targets.data(), targets.size(), batch, seq, n_heads));
 }
 
+namespace detail {
+
+[[noreturn]] inline void bad_json(const std::string& s) {
+  throw Error(E_INTERNAL, "E_INTERNAL: unexpected JSON from the library: " + s.substr(0, 200));
+}
+
+// A JSON reader for what the library writes (serde_json: strings, string
+// lists and maps, int lists), so the header needs no JSON library.
+class JsonReader {
+ public:
+  explicit JsonReader(const std::string& s) : s_(s) {}
+  // Skips whitespace; then whether the next character is `c`.
+  bool at(char c) {
+    ws();
+    return i_ < s_.size() && s_[i_] == c;
+  }
+  void expect(char c) {
+    if (!at(c)) bad_json(s_);
+    i_++;
+  }
+  // Reads `open`, then items until `close`, calling item() for each.
+  template <class F>
+  void sequence(char open, char close, F item) {
+    expect(open);
+    if (at(close)) {
+      i_++;
+      return;
+    }
+    for (;;) {
+      item();
+      if (!at(',')) break;
+      i_++;
+    }
+    expect(close);
+  }
+  std::string string() {
+    expect('"');
+    std::string out;
+    while (i_ < s_.size() && s_[i_] != '"') {
+      char c = s_[i_++];
+      if (c != '\\') {
+        out += c;  // UTF-8 bytes pass through
+        continue;
+      }
+      if (i_ >= s_.size()) bad_json(s_);
+      switch (char e = s_[i_++]) {
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': utf8(out, code_point()); break;
+        default: out += e;  // \" \\ \/
+      }
+    }
+    expect('"');
+    return out;
+  }
+  int64_t integer() {
+    ws();
+    const char* begin = s_.c_str() + i_;
+    char* end = nullptr;
+    long long v = std::strtoll(begin, &end, 10);
+    if (end == begin) bad_json(s_);
+    i_ += static_cast<std::size_t>(end - begin);
+    return v;
+  }
+  // Skips one value of any kind (a key this header does not know).
+  void skip() {
+    if (at('"')) {
+      string();
+    } else if (at('[')) {
+      sequence('[', ']', [&] { skip(); });
+    } else if (at('{')) {
+      sequence('{', '}', [&] {
+        string();
+        expect(':');
+        skip();
+      });
+    } else {
+      while (i_ < s_.size() && std::string(",]} \n\t\r").find(s_[i_]) == std::string::npos) i_++;
+    }
+  }
+  void end() {
+    ws();
+    if (i_ != s_.size()) bad_json(s_);
+  }
+
+ private:
+  void ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' || s_[i_] == '\r')) i_++;
+  }
+  uint32_t hex4() {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; k++, i_++) {
+      const char c = i_ < s_.size() ? s_[i_] : 'x';
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (d < 0) bad_json(s_);
+      v = v * 16 + static_cast<uint32_t>(d);
+    }
+    return v;
+  }
+  // \uXXXX, and the low half of a surrogate pair when it is one.
+  uint32_t code_point() {
+    uint32_t cp = hex4();
+    if (cp >= 0xD800 && cp < 0xDC00 && s_.compare(i_, 2, "\\u") == 0) {
+      i_ += 2;
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4() - 0xDC00);
+    }
+    return cp;
+  }
+  static void utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  const std::string& s_;
+  std::size_t i_ = 0;
+};
+
+// A JSON string literal of UTF-8 text `s`.
+inline std::string json_string(const std::string& s) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      out += "\\u00";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// A C string of `s`: an embedded NUL would cut it short without a word.
+inline const char* c_arg(const std::string& s, const char* what) {
+  if (s.find('\0') != std::string::npos)
+    throw Error(E_INVALID_ARG, std::string("E_INVALID_ARG: ") + what + " contains a NUL byte");
+  return s.c_str();
+}
+
+}  // namespace detail
+
+/// A tensor's entry in a safetensors header: the format's dtype name (BOOL,
+/// U8, I8, I16, I32, I64, F16, BF16, F32, F64, or one the library cannot
+/// hold, such as F8_E4M3) and its shape.
+struct TensorInfo {
+  std::string dtype;
+  Shape shape;
+};
+
+/// An open safetensors file (enkai_safetensors_open): memory-mapped, its
+/// whole header validated. Move-only, since the C ABI has no retain for
+/// this kind; the destructor frees the handle. Tensors got from it stay
+/// valid after it is gone (each holds its own mapping).
+///
+///   enkai::SafetensorsFile f("model.safetensors");
+///   for (const std::string& name : f.names()) auto w = f.get(name, cpu);
+class SafetensorsFile {
+ public:
+  SafetensorsFile() noexcept = default;
+  explicit SafetensorsFile(const std::string& path)
+      : h_(detail::check(enkai_safetensors_open(detail::c_arg(path, "path")))) {}
+  SafetensorsFile(SafetensorsFile&& o) noexcept : h_(std::exchange(o.h_, 0)) {}
+  SafetensorsFile& operator=(SafetensorsFile&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, 0);
+    }
+    return *this;
+  }
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  ~SafetensorsFile() { reset(); }
+
+  /// Tensor names in file (offset) order.
+  std::vector<std::string> names() const {
+    std::string json = detail::out_string([&](char** p, std::size_t* n) { return enkai_safetensors_names(h_, p, n); });
+    std::vector<std::string> out;
+    detail::JsonReader r(json);
+    r.sequence('[', ']', [&] { out.push_back(r.string()); });
+    r.end();
+    return out;
+  }
+  /// Throws E_INVALID_ARG for a name the file does not hold.
+  TensorInfo info(const std::string& name) const {
+    std::string json = detail::out_string([&](char** p, std::size_t* n) {
+      return enkai_safetensors_info(h_, detail::c_arg(name, "name"), p, n);
+    });
+    TensorInfo out;
+    detail::JsonReader r(json);
+    r.sequence('{', '}', [&] {
+      std::string key = r.string();
+      r.expect(':');
+      if (key == "dtype") out.dtype = r.string();
+      else if (key == "shape") r.sequence('[', ']', [&] { out.shape.push_back(r.integer()); });
+      else r.skip();
+    });
+    r.end();
+    return out;
+  }
+  /// Tensor `name` on device `d`: on the CPU the file's bytes in place
+  /// (copy-on-write: writing into it never reaches the file or the other
+  /// tensors got from it), on CUDA a copy. Throws E_INVALID_ARG (no such
+  /// name), E_DTYPE (a dtype the library cannot hold), E_CKPT_FORMAT.
+  Tensor get(const std::string& name, const Device& d) const {
+    return Tensor::adopt(enkai_safetensors_get(h_, detail::c_arg(name, "name"), d.handle()));
+  }
+  /// The file's `__metadata__` (empty when it has none).
+  std::map<std::string, std::string> metadata() const {
+    std::string json =
+        detail::out_string([&](char** p, std::size_t* n) { return enkai_safetensors_metadata(h_, p, n); });
+    std::map<std::string, std::string> out;
+    detail::JsonReader r(json);
+    r.sequence('{', '}', [&] {
+      std::string key = r.string();
+      r.expect(':');
+      out[key] = r.string();
+    });
+    r.end();
+    return out;
+  }
+
+  /// The C handle, still owned by this object.
+  int64_t handle() const noexcept { return h_; }
+  /// Gives the handle up to the caller (who must free it); leaves this empty.
+  int64_t release() noexcept { return std::exchange(h_, 0); }
+  /// Frees the handle now; leaves this empty.
+  void reset() noexcept {
+    if (h_) enkai_safetensors_free(std::exchange(h_, 0));
+  }
+  explicit operator bool() const noexcept { return h_ != 0; }
+
+ private:
+  int64_t h_ = 0;
+};
+
+/// Writes `tensors` (name, Tensor pairs: a vector of pairs, a std::map, ...;
+/// any dtype, layout and device) to a safetensors file at `path` that the
+/// reference `safetensors` package reads, laid out as it lays them out, with
+/// `metadata` as its `__metadata__` (none when empty). Atomic: on an error
+/// neither the file nor a temporary is left. Throws E_INVALID_ARG (a name
+/// twice, or `__metadata__`), E_HANDLE_*, E_CKPT_IO.
+template <class Named = std::vector<std::pair<std::string, Tensor>>>
+void save_safetensors(const std::string& path, const Named& tensors,
+                      const std::map<std::string, std::string>& metadata = {}) {
+  std::string names = "[", handles = "[", meta = "{";
+  for (const auto& [name, t] : tensors) {
+    names += (names.size() > 1 ? "," : "") + detail::json_string(name);
+    handles += (handles.size() > 1 ? "," : "") + std::to_string(t.handle());
+  }
+  for (const auto& [k, v] : metadata) meta += (meta.size() > 1 ? "," : "") + detail::json_string(k) + ":" + detail::json_string(v);
+  names += "]";
+  handles += "]";
+  meta += "}";
+  detail::check_status(enkai_safetensors_save(detail::c_arg(path, "path"), names.c_str(), handles.c_str(),
+                                              metadata.empty() ? nullptr : meta.c_str()));
+}
+
 /// Live handles per kind (enkai_tensor_live_*).
 struct LiveCounts {
-  int64_t tensors, devices, opts, scalers;
+  int64_t tensors, devices, opts, scalers, safetensors;
   bool operator==(const LiveCounts& o) const {
-    return tensors == o.tensors && devices == o.devices && opts == o.opts && scalers == o.scalers;
+    return tensors == o.tensors && devices == o.devices && opts == o.opts && scalers == o.scalers &&
+           safetensors == o.safetensors;
   }
   bool operator!=(const LiveCounts& o) const { return !(*this == o); }
 };
 inline LiveCounts live() {
   return {enkai_tensor_live_tensors(), enkai_tensor_live_devices(), enkai_tensor_live_opts(),
-          enkai_tensor_live_scalers()};
+          enkai_tensor_live_scalers(), enkai_tensor_live_safetensors()};
 }
 
 /// The library's ABI version (major, minor, patch).
