@@ -159,9 +159,10 @@ fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000
 
 # Benchmarks print ratios taken in one run; they are not tests.
-bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/bench/native_ops_c build/examples/train_tinylm build/examples/gpt2_generate
+bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/bench/native_ops_c build/bench/fma_peak build/examples/train_tinylm build/examples/gpt2_generate
 	build/bench/native_c
 	python benches/native_ops_compare.py build/bench/native_ops_c
+	python benches/conv_compare.py build/bench/fma_peak
 	cargo bench --bench handles
 	cargo bench --bench ops_tch --no-run
 	python benches/ops_compare.py build/bench/ops_c "$$(ls -t target/release/deps/ops_tch-* | grep -v '\.d$$' | head -1)"
@@ -182,6 +183,11 @@ build/bench/%: benches/%.c benches/bench.h include/enkai_tensor.h $(LIB)
 build/bench/native_ops_c: benches/native_ops_c.c benches/bench.h include/enkai_tensor.h $(NOTORCH)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -O2 $< -o $@ -L$(NOTORCH_DIR) -lenkai_tensor -Wl,-rpath,$(CURDIR)/$(NOTORCH_DIR) -lpthread -lm
+
+# Register-only AVX-512 FMAs: the fp32 peak conv_compare.py reports against.
+build/bench/fma_peak: benches/fma_peak.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -mavx512f $< -o $@
 
 clean:
 	rm -rf build target

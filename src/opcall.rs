@@ -789,6 +789,11 @@ fn explain(op: &OpDef, resolved: &Resolved, ts: &[&Tensor]) -> Option<Error> {
             let d = imp::dtype(&ts[0].raw).ok().filter(|d| !d.is_float())?;
             Some(crate::err!(E_DTYPE, "mean: could not infer the output dtype: the input must be floating (or pass dtype=), got {}", d.name()))
         }
+        ("conv1d" | "conv2d" | "conv_transpose2d" | "max_pool2d" | "max_pool2d_with_indices" | "avg_pool2d" | "adaptive_avg_pool2d", _) => {
+            let call = Call { op: &vocab::ops()[op.index], sig: resolved.sig, args: &resolved.args, out_dtype: None, promoted: None };
+            let ins: SmallVec<[(Vec<i64>, DType); 3]> = ts.iter().map(|t| Some((imp::shape(&t.raw), imp::dtype(&t.raw).ok()?))).collect::<Option<_>>()?;
+            vocab::conv::explain(&call, &ins)
+        }
         ("reshape" | "view", [x]) => {
             let Some(Value::Ints(target)) = arg(op, resolved, if name == "view" { "size" } else { "shape" }) else { return None };
             if let Some(why) = crate::json::DimsRule::Target.fault(target) {

@@ -336,8 +336,8 @@ def fits(ov, case):
     """Whether a case is for this overload, as enkai_op resolves it: a row's
     cases cover all its overloads; the inputs must fill its tensor
     parameters, the kwargs must name its other parameters and give every
-    one without a default, and lists go exactly where lists are taken (an
-    int also fills `int[1]`)."""
+    one without a default, and lists and strings go exactly where they are
+    taken (an int also fills `int[1]`; conv2d's `padding` is a list or "same")."""
     tensors = [p for p in ov["params"] if p["type"] in ("Tensor", "Tensor[]")]
     other = {p["name"]: p for p in ov["params"] if p["type"] not in ("Tensor", "Tensor[]")}
     kw = case.get("kwargs", {})
@@ -345,7 +345,8 @@ def fits(ov, case):
         if k not in other:
             return False
         t = other[k]["type"]
-        if (isinstance(v, list) and not t.startswith("int[")) or (isinstance(v, int) and not isinstance(v, bool) and t == "int[]"):
+        if (isinstance(v, list) and not t.startswith("int[")) or (isinstance(v, int) and not isinstance(v, bool) and t == "int[]") \
+                or (isinstance(v, str) and t != "str"):
             return False
     needed = {n for n, p in other.items() if "default" not in p}
     return len(case["inputs"]) == len(tensors) and needed <= set(kw)

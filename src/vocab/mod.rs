@@ -3,6 +3,7 @@
 //! dtype rules (broadcasting, dims, type promotion). Core checks a call
 //! against these once; the backends receive arguments already checked.
 
+pub mod conv;
 pub mod dist;
 pub mod gpt;
 pub mod kinds;

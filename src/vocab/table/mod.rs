@@ -135,6 +135,7 @@ impl Row {
 }
 
 mod binary;
+mod conv;
 mod create;
 mod index;
 mod inplace;
@@ -150,7 +151,7 @@ use Kind::*;
 
 /// The table, in sections by family; `crate::vocab::ops()` reads them in order,
 /// then the in-place forms derived from their out-of-place twins (`inplace::FORMS`).
-pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, linalg::ROWS, nn::ROWS, shape::ROWS, index::ROWS, sort::ROWS, create::ROWS, inplace::ROWS];
+pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, linalg::ROWS, nn::ROWS, shape::ROWS, index::ROWS, sort::ROWS, conv::ROWS, create::ROWS, inplace::ROWS];
 
 /// Every row, in the table's order, with the index of each derived in-place
 /// form's twin. Called once, by `crate::vocab`'s table: the derived rows live
