@@ -3,7 +3,7 @@ backward, on the native backend's fused kernel against PyTorch's CPU flash
 kernel (`F.scaled_dot_product_attention`, which PyTorch runs on its
 flash-attention CPU path for these inputs), at 1 and 2 threads; then the
 peak memory of one forward+backward at L = 1024 and 4096, each side in a
-fresh process (`ru_maxrss` growth over the inputs' own size), to show that
+fresh process (the growth of VmHWM, reset just before, over VmRSS), to show that
 native's does not grow with L² (a materialised [L, L] score matrix per head
 would).
 
@@ -71,7 +71,6 @@ def speed():
 
 def peak_child(side, l):
     """One forward+backward at [1, 8, l, 64]; prints the peak RSS growth in MiB."""
-    import resource
     shape = (1, 8, l, 64)
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
@@ -81,10 +80,17 @@ def peak_child(side, l):
     else:
         xs = [torch.from_numpy(a).requires_grad_() for a in arrays]
         step = lambda: theirs_step(*xs)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # The high-water mark reset (clear_refs 5), so that the imports' peak does not hide the step's.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = status_kib("VmRSS")
     step()
-    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
-    print(json.dumps({"mib": grown / 1024}))
+    print(json.dumps({"mib": (status_kib("VmHWM") - base) / 1024}))
+
+
+def status_kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 def memory():
