@@ -30,6 +30,7 @@ macro_rules! with_real {
         }
     };
 }
+pub(super) use with_real;
 
 /// `x` with `dim` swapped to the end (a view).
 fn dim_last(x: &Raw, dim: usize) -> Raw {

@@ -59,3 +59,12 @@ pub fn run(call: &Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
 fn input<'a>(ins: &[Option<&'a Raw>], i: usize) -> &'a Raw {
     ins[i].expect("core checked that required inputs are present")
 }
+
+/// `t` as a contiguous tensor of the computing type `R`: itself when it
+/// already is, else a converted copy.
+fn real<R: super::elem::Elem>(t: &Raw) -> Result<Raw> {
+    if t.dtype() == R::DT && t.is_contiguous() {
+        return Ok(t.detached());
+    }
+    super::elem::with_elem!(t.dtype(), S => super::kernels::cast_to::<S, R>(t))
+}

@@ -7,45 +7,21 @@ use super::super::attention::{self, Problem};
 use super::super::autograd::{needs_grad, record_saving};
 use super::super::elem::{with_elem, Elem};
 use super::super::fused::Real;
-use super::super::kernels::{cast_to, copy_into, Ptr};
+use super::super::kernels::{copy_into, Ptr};
 use super::super::ops::{convert, full, reshape, sum_to, transpose};
+use super::super::nn::with_real;
 use super::super::par;
 use super::super::tensor::{numel, Raw};
-use super::{input, Kernel};
+use super::{input, real, Kernel};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::json::write_int_list as fmt;
 use crate::vocab::{self, Call};
 use num_traits::{FromPrimitive, Zero};
 
-/// Runs `$body` with `$R` the computing type of floating dtype `$dt`.
-macro_rules! with_real {
-    ($op:expr, $dt:expr, $R:ident => $body:expr) => {
-        match $dt {
-            DType::F64 => {
-                type $R = f64;
-                $body
-            }
-            DType::F32 | DType::BF16 | DType::F16 => {
-                type $R = f32;
-                $body
-            }
-            d => crate::bail!(E_DTYPE, "{} needs a floating dtype, got {}", $op, d.name()),
-        }
-    };
-}
-
 /// Optional tensor input `i` (left out or 0).
 fn opt<'a>(ins: &[Option<&'a Raw>], i: usize) -> Option<&'a Raw> {
     ins.get(i).copied().flatten()
-}
-
-/// `t` as a contiguous tensor of the computing type `R` (itself when it already is).
-fn real<R: Elem>(t: &Raw) -> Result<Raw> {
-    if t.dtype() == R::DT && t.is_contiguous() {
-        return Ok(t.detached());
-    }
-    with_elem!(t.dtype(), S => cast_to::<S, R>(t))
 }
 
 // ------------------------------------------------------------------ linear

@@ -19,7 +19,7 @@ use super::super::ops::{convert, expand_back, sum_mask};
 use super::super::par;
 use super::super::simd::multiversion;
 use super::super::tensor::Raw;
-use super::{input, Kernel};
+use super::{input, real, Kernel};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::vocab::Call;
@@ -738,14 +738,6 @@ fn softmax_cols_back_imp<R: Real>(g: &[R], y: &[R], dx: &mut [R], dd: usize, w: 
             *d = if log { g - y.vexp() * s } else { y * (g - s) };
         }
     }
-}
-
-/// `t` as a contiguous tensor of the computing type `R`.
-fn real<R: Elem>(t: &Raw) -> Result<Raw> {
-    if t.dtype() == R::DT && t.is_contiguous() {
-        return Ok(t.detached());
-    }
-    with_elem!(t.dtype(), S => cast_to::<S, R>(t))
 }
 
 fn softmax_any(call: &Call, ins: &[Option<&Raw>], log: bool) -> Result<Vec<Raw>> {
