@@ -942,11 +942,14 @@ int64_t enkai_op(const char *name,
  * Every op of `enkai_op` as JSON: an array with one entry per overload,
  * `{"name", "overload", "signature", "params": [{"name", "type",
  * "optional", "kw_only", "default"?, "aten"?}], "returns", "differentiable",
- * "accepts", "pointwise", "domain", "backends", "cases"}`; `backends` lists
- * only the backends of this build that run it; `aten` is ATen's name of a
+ * "accepts", "pointwise", "domain", "backends", "cases", "python"?,
+ * "lowers_to"?, "lowered_signature"?}`; `backends` lists only the
+ * backends of this build that run it; `aten` is ATen's name of a
  * parameter whose Python name differs; `cases` are the op's oracle
- * cases (`{"inputs", "kwargs"?}`, the test suite's input). Owned: release
- * with `enkai_free`.
+ * cases (`{"inputs", "kwargs"?}`, the test suite's input); a layer or loss
+ * with `torch.nn.functional`'s signature names that function (`python`)
+ * and the ATen operator libtorch runs for it (`lowers_to`, with its
+ * `lowered_signature`). Owned: release with `enkai_free`.
  * Errors: `E_RESOURCE` (out of memory), and then `{NULL, 0}`.
  */
 struct EnkaiSlice enkai_op_schema(void);

@@ -35,6 +35,12 @@ if ! "$VENV/bin/python" -c "import transformers" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q transformers >&2
 fi
 
+# scikit-learn ships the real images the CNN example trains on (load_digits:
+# 1,797 8x8 digits inside the package, nothing downloaded).
+if ! "$VENV/bin/python" -c "import sklearn" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q scikit-learn >&2
+fi
+
 if ! command -v valgrind >/dev/null 2>&1; then
   echo "setup: installing valgrind" >&2
   if [ "$(id -u)" = 0 ]; then apt-get update -qq >&2 && apt-get install -y -qq valgrind >&2

@@ -25,6 +25,13 @@ struct Resolved {
     sig: usize,
     args: Vec<Value>,
     binary: Option<Binary>,
+    /// `embedding`'s `padding_idx` (its argument index) and the weight (its
+    /// input index): the index is checked against the weight's rows, and a
+    /// negative one counted from the end, per call on either backend.
+    padding_idx: Option<(usize, usize)>,
+    /// The op's core shape rule (`vocab::shape_rule`: the recurrent layers
+    /// and the norms), run per call on both backends.
+    rule: Option<vocab::ShapeRule>,
 }
 
 /// A call of `add`, `sub`, `mul` or `div` on two tensors with `alpha` 1 (or
@@ -269,7 +276,14 @@ fn resolve(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Resolve
     let mut best: Option<Miss> = None;
     for (i, sig) in op.sigs.iter().enumerate() {
         match fit(op, sig, present, &map) {
-            Ok(args) => return Ok(Resolved { sig: i, binary: plain_binary(sig, &args), args }),
+            Ok(args) => {
+                validate(op, sig, &args, present)?;
+                let padding_idx = sig.param("padding_idx").filter(|&a| matches!(args[a], Value::Int(_))).zip(sig.param("weight").and_then(|w| match args[w] {
+                    Value::Tensor(t) => Some(t),
+                    _ => None,
+                }));
+                return Ok(Resolved { sig: i, binary: plain_binary(sig, &args), args, padding_idx, rule: vocab::shape_rule(op.name()) });
+            }
             Err(m) => {
                 if best.as_ref().is_none_or(|b| m > *b) {
                     best = Some(m);
@@ -279,6 +293,34 @@ fn resolve(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Resolve
     }
     let m = best.expect("every op has an overload");
     crate::bail!(E_INVALID_ARG, "{}", m.text())
+}
+
+/// The checks of argument values that need no tensor: made once per
+/// resolution (the cache keeps only calls that pass them), on both backends
+/// alike, before any backend sees the call.
+fn validate(op: &OpDef, sig: &Sig, args: &[Value], present: &[bool]) -> Result<()> {
+    let name = op.name();
+    let given = |p: &str| sig.param(p).map(|i| &args[i]);
+    // A probability (attention's and the dropouts'), as PyTorch words it.
+    for p in ["dropout_p", "p"] {
+        if let (Some(&Value::Float(v)), true) = (given(p), name.contains("dropout")) {
+            if !(0.0..=1.0).contains(&v) {
+                crate::bail!(E_INVALID_ARG, "{name}: dropout probability has to be between 0 and 1, but got {v}");
+            }
+        }
+    }
+    // Attention's causal mask and an explicit one exclude each other, as PyTorch documents.
+    if matches!(given("is_causal"), Some(Value::Bool(true))) && matches!(given("attn_mask"), Some(Value::Tensor(i)) if present[*i]) {
+        crate::bail!(E_INVALID_ARG, "{name}: explicit attn_mask should not be set when is_causal=True");
+    }
+    // A loss's reduction, as `torch.nn.functional` checks it (a Str
+    // `reduction`: scatter_reduce's is another parameter of the same name).
+    if let (Some(Value::Str(r)), true) = (given("reduction"), sig.lower.is_some()) {
+        if !(matches!(r.as_str(), "none" | "mean" | "sum") || (name == "kl_div" && r == "batchmean")) {
+            crate::bail!(E_INVALID_ARG, "{name}: {r} is not a valid value for reduction (none, mean or sum)");
+        }
+    }
+    Ok(())
 }
 
 use crate::vocab::FnvBuild;
@@ -343,9 +385,10 @@ fn new_dim(op: &str) -> bool {
     matches!(op, "unsqueeze" | "stack")
 }
 
-/// Inputs whose dtype the op's rule does not govern (indices, masks, conditions).
-fn exempt(p: &str) -> bool {
-    matches!(p, "index" | "indices" | "mask" | "attn_mask" | "condition" | "sorter" | "sorted_sequence")
+/// Inputs whose dtype the op's rule does not govern (indices, masks,
+/// conditions, class targets; the kernel checks those).
+fn exempt(op: &str, p: &str) -> bool {
+    matches!(p, "index" | "indices" | "mask" | "attn_mask" | "condition" | "sorter" | "sorted_sequence") || (p == "target" && matches!(op, "nll_loss" | "cross_entropy"))
 }
 
 /// Checks and completes a resolved call against the inputs: dims
@@ -353,17 +396,6 @@ fn exempt(p: &str) -> bool {
 /// result dtype for elementwise ops.
 fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> Result<(Option<DType>, Option<DType>)> {
     let name = op.name();
-    // A probability (attention's dropout), checked before any backend sees it.
-    if let Some(&Value::Float(p)) = sig.param("dropout_p").map(|i| &args[i]) {
-        if !(0.0..=1.0).contains(&p) {
-            crate::bail!(E_INVALID_ARG, "{name}: dropout probability has to be between 0 and 1, but got {p}");
-        }
-    }
-    // Attention's causal mask and an explicit one exclude each other, as PyTorch documents.
-    let given = |p: &str| sig.param(p).map(|i| &args[i]);
-    if matches!(given("is_causal"), Some(Value::Bool(true))) && matches!(given("attn_mask"), Some(Value::Tensor(i)) if ts[*i].is_some()) {
-        crate::bail!(E_INVALID_ARG, "{name}: explicit attn_mask should not be set when is_causal=True");
-    }
     let first = sig.params.iter().zip(args.iter()).find_map(|(p, v)| match v {
         Value::Tensor(i) if p.ty == Ty::Tensor => ts[*i],
         // As torch.cat wraps dims: against the first tensor that is not a legacy 1-D empty one.
@@ -410,7 +442,7 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
     // The inputs whose dtype the op's rule governs, in order.
     let mut governed: SmallVec<[usize; 8]> = SmallVec::new();
     for (p, v) in sig.params.iter().zip(args.iter()) {
-        if exempt(&p.name) {
+        if exempt(name, &p.name) {
             continue;
         }
         match v {
@@ -720,20 +752,42 @@ fn exec(op: &'static OpDef, resolved: &Resolved, b: backend::BackendId, ts: &[Op
     // refuses (for the message both backends share), so its success path
     // pays nothing for them. The native backend gets checked arguments.
     let torch = b == backend::BackendId::Torch;
-    let checked: SmallVec<[Value; 8]>;
-    let (args, out_dtype, promoted) = if torch {
+    let mut checked: SmallVec<[Value; 8]>;
+    let (args, out_dtype, promoted) = if torch && resolved.padding_idx.is_none() {
         (&resolved.args[..], None, None)
     } else {
-        let mut c: SmallVec<[Value; 8]> = resolved.args.iter().cloned().collect();
-        let (out_dtype, promoted) = check(op, &op.sigs[resolved.sig], &mut c, ts)?;
-        checked = c;
+        checked = resolved.args.iter().cloned().collect();
+        if let Some((a, w)) = resolved.padding_idx {
+            relative_padding_idx(op, &mut checked[a], ts[w])?;
+        }
+        let (out_dtype, promoted) = if torch { (None, None) } else { check(op, &op.sigs[resolved.sig], &mut checked, ts)? };
         (&checked[..], out_dtype, promoted)
     };
     if b == backend::BackendId::Cpu && !op.row.native {
         return Err(unsupported(op, b));
     }
     let call = Call { op, sig: resolved.sig, args, out_dtype, promoted };
+    if let Some(rule) = resolved.rule {
+        let shapes: SmallVec<[(SmallVec<[i64; 8]>, DType); 8]> = ts.iter().flatten().map(|t| Ok((imp::dims(&t.raw), imp::dtype(&t.raw)?))).collect::<Result<_>>()?;
+        let mut it = shapes.iter();
+        let ins: SmallVec<[vocab::In; 8]> = ts.iter().map(|t| t.and_then(|_| it.next()).map(|(s, d)| (&s[..], *d))).collect();
+        rule(&call, &ins)?;
+    }
     imp::op(b, &call, raws).map_err(|e| refused(op, resolved, ts, torch, e))
+}
+
+/// `F.embedding`'s `padding_idx`: within `[-rows, rows)` of the weight, and
+/// counted from the end when negative (ATen's operator reads -1 as none).
+fn relative_padding_idx(op: &OpDef, v: &mut Value, w: Option<&Tensor>) -> Result<()> {
+    let (Value::Int(i), Some(w)) = (v, w) else { return Ok(()) };
+    let rows = imp::dims(&w.raw).first().copied().unwrap_or(0);
+    if *i < -rows || *i >= rows {
+        crate::bail!(E_INVALID_ARG, "{}: padding_idx {i} must be within num_embeddings {rows}", op.name());
+    }
+    if *i < 0 {
+        *i += rows;
+    }
+    Ok(())
 }
 
 /// The error of a call the backend refused: core's own explanation for
@@ -838,7 +892,7 @@ impl Typed {
                 p.default.clone().unwrap_or(Value::None)
             })
             .collect();
-        Some((op.index, Resolved { sig, binary: plain_binary(&op.sigs[sig], &args), args }))
+        Some((op.index, Resolved { sig, binary: plain_binary(&op.sigs[sig], &args), args, padding_idx: None, rule: None }))
     }
 
     /// Runs the overload on `inputs` (its Tensor parameters in order) with
@@ -867,7 +921,7 @@ impl Typed {
                     args[i] = v.clone();
                 }
             }
-            run_resolved(op, &Resolved { sig: base.sig, binary: plain_binary(s, &args), args }, inputs, &mut slot)?;
+            run_resolved(op, &Resolved { sig: base.sig, binary: plain_binary(s, &args), args, padding_idx: None, rule: None }, inputs, &mut slot)?;
         }
         Ok(h)
     }
@@ -943,6 +997,12 @@ pub fn schema_json() -> String {
                 "cases": op.row.cases.iter().filter_map(|c| serde_json::from_str::<serde_json::Value>(c).ok()).collect::<Vec<_>>(),
                 "backends": backends,
             }));
+            // A functional signature: PyTorch's function and the ATen operator libtorch runs.
+            if let (Some(l), Some(e)) = (&s.lower, entries.last_mut()) {
+                e["python"] = json!(format!("{}.{}", op.row.python, op.name()));
+                e["lowers_to"] = json!(l.sig.full_name());
+                e["lowered_signature"] = json!(l.sig.text);
+            }
         }
     }
     serde_json::Value::Array(entries).to_string()

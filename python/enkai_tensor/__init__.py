@@ -1240,7 +1240,7 @@ def _make(name: str) -> Callable[..., Any]:
         return op(name, *ins, **kwargs)
 
     fn.__name__ = name
-    fn.__doc__ = "\n".join(f"torch.{name}: {ov['signature']}" for ov in _overloads[name])
+    fn.__doc__ = "\n".join(f"{ov.get('python', 'torch.' + name)}: {ov['signature']}" for ov in _overloads[name])
     return fn
 
 

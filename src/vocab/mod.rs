@@ -7,7 +7,9 @@ pub mod conv;
 pub mod dist;
 pub mod gpt;
 pub mod kinds;
+pub mod norm;
 pub mod optim;
+pub mod rnn;
 pub mod schema;
 pub mod table;
 
@@ -19,6 +21,24 @@ use crate::error::Result;
 use crate::json::write_int_list as fmt;
 pub use schema::{Param, Ret, Scalar, Sig, Ty, Value};
 pub use table::{Accept, Domain, Kind, Out, Row};
+
+/// An input's shape and dtype as a core shape rule reads it (None: an
+/// optional input left out).
+pub type In<'a> = Option<(&'a [i64], DType)>;
+
+/// A rule core checks a call against before either backend runs, for ops
+/// whose libtorch kernels do not check their inputs or word the refusal as
+/// their own (`E_TORCH`): the recurrent layers (`rnn`) and the norms (`norm`).
+pub type ShapeRule = fn(&Call, &[In]) -> Result<()>;
+
+/// The core shape rule of op `name`, if it has one.
+pub fn shape_rule(name: &str) -> Option<ShapeRule> {
+    match name {
+        "lstm" | "gru" | "lstm_cell" | "gru_cell" => Some(rnn::check),
+        "batch_norm" | "group_norm" => Some(norm::check),
+        _ => None,
+    }
+}
 
 /// A table row with its parsed overloads.
 pub struct OpDef {

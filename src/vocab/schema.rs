@@ -3,6 +3,13 @@
 //! keepdim=False, *, ScalarType? dtype=None) -> Tensor`): the table's rows
 //! are such strings, parsed once, so the generic entry, the schema JSON, the
 //! Python methods and libtorch's boxed call all read one declaration.
+//!
+//! A layer or loss takes `torch.nn.functional`'s signature where it differs
+//! from its ATen operator's (`cross_entropy(input, target, ..., str
+//! reduction)` runs `aten::cross_entropy_loss(self, target, ..., int
+//! reduction)`): its line is `<functional signature> => <ATen signature>`,
+//! and the ATen arguments are taken from the functional ones by name
+//! (`Lower`), so the table still declares the op once.
 
 use crate::dtype::DType;
 use crate::error::Result;
@@ -117,15 +124,132 @@ pub enum Ret {
     Bool,
 }
 
-/// One overload: `aten::<name>.<overload>`.
+/// One overload: `aten::<name>.<overload>`, or a `torch.nn.functional`
+/// signature lowered onto an ATen operator (`lower`).
 #[derive(Debug, Clone)]
 pub struct Sig {
     pub name: String,
     pub overload: String,
     pub params: Vec<Param>,
     pub returns: Vec<Ret>,
-    /// The text it was parsed from.
+    /// The text it was parsed from (the functional part of a lowered line).
     pub text: &'static str,
+    pub lower: Option<Box<Lower>>,
+}
+
+/// Where an argument of the ATen operator comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Src {
+    /// The functional parameter of that index, as is (None there takes the
+    /// operator's default when the operator's parameter is not optional:
+    /// `embedding`'s `padding_idx=None` is ATen's -1).
+    Param(usize),
+    /// A `str reduction` as ATen's `int reduction` (`at::Reduction`: none 0, mean 1, sum 2).
+    Reduction(usize),
+    /// The operator's default (given in the lowered line).
+    Default,
+    /// A TensorList of two functional tensors (`lstm`'s `hx` of `h0`, `c0`).
+    Pair(usize, usize),
+}
+
+/// The ATen operator a functional signature runs on libtorch, and each of
+/// its arguments' source.
+#[derive(Debug, Clone)]
+pub struct Lower {
+    pub sig: Sig,
+    pub args: Vec<Src>,
+    /// The first two tensors are broadcast together before the operator
+    /// runs, as the regression losses' functions do (`torch.broadcast_tensors`):
+    /// ATen's operators broadcast the values but not their gradients.
+    pub broadcast: bool,
+}
+
+/// The functions that broadcast `input` and `target` before their operator.
+const BROADCASTING: &[&str] = &["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"];
+
+/// ATen parameter names that take a functional parameter of another name, as
+/// (ATen, functional), tried after an exact match: `self` is `input` (or
+/// `one_hot`'s `tensor`), `embedding`'s `indices` its `input`, `feature_dropout`'s
+/// `train` the functional `training`.
+const LOWER_ALIASES: &[(&str, &str)] = &[("self", "input"), ("self", "tensor"), ("indices", "input"), ("train", "training")];
+
+/// ATen TensorList parameters made of two functional tensors: `lstm`'s and
+/// `lstm_cell`'s `hx` is `[h0, c0]` (the ABI flattens it into the inputs).
+const LOWER_PAIRS: &[(&str, [&str; 2])] = &[("hx", ["h0", "c0"])];
+
+/// `at::Reduction`'s value of a `reduction` string (core has checked it);
+/// `kl_div`'s `batchmean` runs as the sum, divided by the batch size after
+/// (`Lower::batchmean`).
+pub fn reduction_code(s: &str) -> i64 {
+    match s {
+        "none" => 0,
+        "sum" | "batchmean" => 2,
+        _ => 1,
+    }
+}
+
+impl Lower {
+    /// Maps every ATen parameter to its source; every functional parameter
+    /// must be used, so no argument a caller passes is silently dropped.
+    fn new(from: &Sig, to: Sig, text: &str) -> Result<Lower> {
+        let mut used = vec![false; from.params.len()];
+        let mut args = Vec::with_capacity(to.params.len());
+        for p in &to.params {
+            let exact = from.param(&p.name);
+            let alias = || LOWER_ALIASES.iter().filter(|a| a.0 == p.name).find_map(|a| from.param(a.1));
+            let src = match exact.or_else(alias) {
+                Some(i) if used[i] => return Err(bad(text, &format!("{} is taken twice", from.params[i].name))),
+                Some(i) => {
+                    used[i] = true;
+                    match (from.params[i].ty, p.ty) {
+                        (Ty::Str, Ty::Int) if p.name == "reduction" => Src::Reduction(i),
+                        (a, b) if a == b => Src::Param(i),
+                        (a, b) => return Err(bad(text, &format!("{} is {} here and {} in ATen", p.name, a.name(), b.name()))),
+                    }
+                }
+                None if p.ty == Ty::TensorList && LOWER_PAIRS.iter().any(|l| l.0 == p.name) => {
+                    let names = LOWER_PAIRS.iter().find(|l| l.0 == p.name).map(|l| l.1).unwrap_or_default();
+                    let [a, b] = names.map(|n| from.param(n).filter(|&i| from.params[i].ty == Ty::Tensor && !used[i]));
+                    let (Some(a), Some(b)) = (a, b) else { return Err(bad(text, &format!("no tensors {names:?} for ATen's {}", p.name))) };
+                    used[a] = true;
+                    used[b] = true;
+                    Src::Pair(a, b)
+                }
+                None if p.has_default() => Src::Default,
+                None => return Err(bad(text, &format!("no source for ATen's {}", p.name))),
+            };
+            args.push(src);
+        }
+        if let Some(i) = used.iter().position(|u| !u) {
+            return Err(bad(text, &format!("{} reaches no ATen parameter", from.params[i].name)));
+        }
+        Ok(Lower { sig: to, args, broadcast: BROADCASTING.contains(&from.name.as_str()) })
+    }
+
+    /// Whether the call asks for `reduction="batchmean"`: the operator's sum
+    /// is then divided by the input's first dim, as `F.kl_div` does.
+    pub fn batchmean(&self, args: &[Value]) -> bool {
+        self.args.iter().any(|s| matches!(s, Src::Reduction(i) if matches!(&args[*i], Value::Str(r) if r == "batchmean")))
+    }
+
+    /// The ATen operator's arguments from the functional call's `args`.
+    pub fn args(&self, args: &[Value]) -> Vec<Value> {
+        self.sig
+            .params
+            .iter()
+            .zip(&self.args)
+            .map(|(p, src)| match *src {
+                Src::Param(i) if args[i] == Value::None && !p.optional => p.default.clone().unwrap_or(Value::None),
+                Src::Param(i) => args[i].clone(),
+                Src::Reduction(i) => match &args[i] {
+                    Value::Str(s) => Value::Int(reduction_code(s)),
+                    v => v.clone(),
+                },
+                Src::Default => p.default.clone().unwrap_or(Value::None),
+                Src::Pair(a, b) => Value::Tensors([a, b].iter().map(|&i| if let Value::Tensor(t) = args[i] { Some(t) } else { None }).collect()),
+            })
+            .collect()
+    }
 }
 
 impl Sig {
@@ -257,8 +381,18 @@ fn parse_default(d: &str, ty: Ty, text: &str) -> Result<Value> {
     })
 }
 
-/// Parses one schema line (`aten::` prefix optional).
+/// Parses one schema line (`aten::` prefix optional), or a functional
+/// signature and its ATen operator's, `<functional> => <ATen>`.
 pub fn parse(text: &'static str) -> Result<Sig> {
+    if let Some((from, to)) = text.split_once("=>") {
+        let mut sig = parse(from.trim())?;
+        let to = parse(to.trim())?;
+        if sig.returns != to.returns {
+            return Err(bad(text, "the two signatures return different things"));
+        }
+        sig.lower = Some(Box::new(Lower::new(&sig, to, text)?));
+        return Ok(sig);
+    }
     let s = text.trim().trim_start_matches("aten::");
     let open = s.find('(').ok_or_else(|| bad(text, "no '('"))?;
     let arrow = s.rfind("->").ok_or_else(|| bad(text, "no '->'"))?;
@@ -297,7 +431,7 @@ pub fn parse(text: &'static str) -> Result<Sig> {
             }
         })
         .collect::<Result<_>>()?;
-    Ok(Sig { name, overload, params, returns, text })
+    Ok(Sig { name, overload, params, returns, text, lower: None })
 }
 
 #[cfg(test)]
@@ -326,5 +460,27 @@ mod tests {
         assert!(i.params[1].optional_items);
         let r = parse("randint(SymInt high, SymInt[] size, *, ScalarType? dtype=4, Layout? layout=None) -> Tensor").unwrap();
         assert_eq!(r.params[2].default, Some(Value::DType(DType::I64)));
+    }
+
+    #[test]
+    fn a_functional_line_maps_its_arguments_onto_aten_by_name() {
+        let s = parse(
+            "cross_entropy(Tensor input, Tensor target, Tensor? weight=None, int ignore_index=-100, str reduction=\"mean\", float label_smoothing=0.0) -> Tensor \
+             => cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=1, SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor",
+        )
+        .unwrap();
+        assert_eq!(s.name, "cross_entropy");
+        let l = s.lower.as_ref().unwrap();
+        assert_eq!(l.sig.name, "cross_entropy_loss");
+        assert_eq!(l.args, vec![Src::Param(0), Src::Param(1), Src::Param(2), Src::Reduction(4), Src::Param(3), Src::Param(5)]);
+        let args = [Value::Tensor(0), Value::Tensor(1), Value::None, Value::Int(-100), Value::Str("sum".into()), Value::Float(0.0)];
+        assert_eq!(l.args(&args)[3], Value::Int(2));
+        // A None for a non-optional ATen int is ATen's default.
+        let e = parse("embedding(Tensor input, Tensor weight, int? padding_idx=None) -> Tensor => embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False) -> Tensor").unwrap();
+        let l = e.lower.unwrap();
+        assert_eq!(l.args, vec![Src::Param(1), Src::Param(0), Src::Param(2), Src::Default]);
+        assert_eq!(l.args(&[Value::Tensor(0), Value::Tensor(1), Value::None]), vec![Value::Tensor(1), Value::Tensor(0), Value::Int(-1), Value::Bool(false)]);
+        // A functional parameter that reaches no ATen one is a table error.
+        assert!(parse("dropout2d(Tensor input, float p=0.5, bool training=True, bool inplace=False) -> Tensor => feature_dropout(Tensor input, float p, bool train) -> Tensor").is_err());
     }
 }

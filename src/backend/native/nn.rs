@@ -285,6 +285,13 @@ fn ids_of(ids: &Raw, rows: i64) -> Result<Vec<i64>> {
 }
 
 pub fn embedding(w: &Raw, ids: &Raw) -> Result<Raw> {
+    embedding_ext(w, ids, None, false)
+}
+
+/// `F.embedding`: rows of `w` by `ids`; the row `padding_idx` gets no
+/// gradient, and with `scale_grad_by_freq` each row's gradient is divided
+/// by how often the batch names it.
+pub fn embedding_ext(w: &Raw, ids: &Raw, padding_idx: Option<i64>, scale_grad_by_freq: bool) -> Result<Raw> {
     if w.dim() != 2 {
         crate::bail!(E_SHAPE, "embedding: weight must be [vocab, dim], got {}", fmt(w.shape()));
     }
@@ -307,12 +314,26 @@ pub fn embedding(w: &Raw, ids: &Raw) -> Result<Raw> {
         let dw = Raw::zeros(&wshape, g.dtype())?;
         let gc = g.contiguous()?;
         let d = dim as usize;
+        let mut counts = vec![0u32; if scale_grad_by_freq { wshape[0] as usize } else { 0 }];
+        for &i in &idx {
+            if let Some(c) = counts.get_mut(i as usize) {
+                *c += 1;
+            }
+        }
         with_elem!(g.dtype(), T => {
             let (src, dst) = (gc.slice::<T>(), dw.slice_mut::<T>());
             for (r, &i) in idx.iter().enumerate() {
+                if Some(i) == padding_idx {
+                    continue;
+                }
                 let row = &mut dst[i as usize * d..(i as usize + 1) * d];
+                let scale = counts.get(i as usize).map(|&c| <<T as Elem>::Acc as super::elem::Arith>::from_f64(1.0 / f64::from(c)));
                 for (o, s) in row.iter_mut().zip(&src[r * d..(r + 1) * d]) {
-                    *o = T::down(super::elem::Arith::add(o.up(), s.up()));
+                    let s = match scale {
+                        Some(k) => super::elem::Arith::mul(s.up(), k),
+                        None => s.up(),
+                    };
+                    *o = T::down(super::elem::Arith::add(o.up(), s));
                 }
             }
         });

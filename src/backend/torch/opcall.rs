@@ -53,6 +53,8 @@ fn operator(op: usize, sig: usize) -> Result<*mut c_void> {
         return Ok(p);
     }
     let s = &vocab::ops()[op].sigs[sig];
+    // A functional signature runs its ATen operator.
+    let s = s.lower.as_ref().map_or(s, |l| &l.sig);
     let name = CString::new(s.name.as_str()).map_err(|_| crate::err!(E_INTERNAL, "op name with NUL"))?;
     let overload = CString::new(s.overload.as_str()).map_err(|_| crate::err!(E_INTERNAL, "op name with NUL"))?;
     let mut err = std::ptr::null_mut();
@@ -69,11 +71,28 @@ fn operator(op: usize, sig: usize) -> Result<*mut c_void> {
 /// the plain binary ops to libtorch's direct entry instead: `opcall.rs`.)
 pub fn run<O>(call: &Call, inputs: &[Option<&Raw>], wrap: impl Fn(Raw) -> O) -> Result<SmallVec<[O; 2]>> {
     let h = operator(call.op.index, call.sig)?;
-    let ptr = |i: usize| inputs[i].map_or(std::ptr::null(), |t| t.0.as_ptr() as *const c_void);
+    let lowered;
+    let (params, values) = match &call.sig().lower {
+        Some(l) => {
+            lowered = l.args(&call.args);
+            (l.sig.params.as_slice(), lowered.as_slice())
+        }
+        None => (call.sig().params.as_slice(), call.args),
+    };
+    // The regression losses' input and target, broadcast together first (`Lower::broadcast`).
+    let expanded: SmallVec<[tch::Tensor; 2]> = match (&call.sig().lower, inputs) {
+        (Some(l), [Some(a), Some(b), ..]) if l.broadcast && a.0.size() != b.0.size() => {
+            tch::Tensor::f_broadcast_tensors(&[&a.0, &b.0]).map_err(|e| crate::err!(E_SHAPE, "{}: {e}", call.op.name()))?.into_iter().collect()
+        }
+        _ => SmallVec::new(),
+    };
+    let ptr = |i: usize| match expanded.get(i) {
+        Some(t) => t.as_ptr() as *const c_void,
+        None => inputs[i].map_or(std::ptr::null(), |t| t.0.as_ptr() as *const c_void),
+    };
     // Tensor lists as arrays of at::Tensor*, alive across the call (built before
     // `args` points into them).
-    let lists: SmallVec<[Vec<*const c_void>; 1]> = call
-        .args
+    let lists: SmallVec<[Vec<*const c_void>; 1]> = values
         .iter()
         .filter_map(|v| match v {
             Value::Tensors(items) => Some(items.iter().map(|i| i.map_or(std::ptr::null(), ptr)).collect()),
@@ -81,10 +100,9 @@ pub fn run<O>(call: &Call, inputs: &[Option<&Raw>], wrap: impl Fn(Raw) -> O) -> 
         })
         .collect();
     let mut next_list = lists.iter();
-    let args: SmallVec<[EnkaiArg; 8]> = call
-        .args
+    let args: SmallVec<[EnkaiArg; 8]> = values
         .iter()
-        .zip(call.sig().params.iter())
+        .zip(params.iter())
         .map(|(v, p)| {
             let a = |tag, i, f, p: *const c_void, n| EnkaiArg { tag, i, f, p, n };
             match v {
@@ -111,5 +129,13 @@ pub fn run<O>(call: &Call, inputs: &[Option<&Raw>], wrap: impl Fn(Raw) -> O) -> 
     let err = unsafe { enkai_shim_op_call(h, args.as_ptr(), args.len(), outs.as_mut_ptr(), cap, &mut n) };
     shim_result(err, Code::E_TORCH)?;
     // SAFETY: on success the first `n` slots hold new at::Tensor* nobody else owns.
-    Ok(outs[..n].iter().map(|&p| wrap(Raw(unsafe { tch::Tensor::from_ptr(p) }))).collect())
+    let mut outs: SmallVec<[tch::Tensor; 2]> = outs[..n].iter().map(|&p| unsafe { tch::Tensor::from_ptr(p) }).collect();
+    if let (Some(l), Some(x), [out]) = (&call.sig().lower, inputs.first().copied().flatten(), outs.as_mut_slice()) {
+        if l.batchmean(&call.args) {
+            if let Some(&b) = x.0.size().first() {
+                *out = out.f_div_scalar(b).map_err(|e| crate::err!(E_TORCH, "{e}"))?;
+            }
+        }
+    }
+    Ok(outs.into_iter().map(|t| wrap(Raw(t))).collect())
 }

@@ -84,6 +84,9 @@ pub struct Row {
     /// The typed C functions that run this op (`enkai_tensor_add`): generated
     /// into `src/ffi/typed.rs` by `make header` (`tests/header.rs`).
     pub c: &'static [CFn],
+    /// The Python module whose function a functional signature (`=>`) is:
+    /// `torch.nn.functional`, or `torch` for `torch.lstm`-like rows.
+    pub python: &'static str,
 }
 
 /// A typed C function of an op: one overload, with C parameters that map
@@ -132,6 +135,11 @@ impl Row {
     pub const fn with_c(self, c: &'static [CFn]) -> Row {
         Row { c, ..self }
     }
+
+    /// The row's functional signature is `torch.<name>`'s, not `torch.nn.functional`'s.
+    pub const fn in_torch(self) -> Row {
+        Row { python: "torch", ..self }
+    }
 }
 
 mod binary;
@@ -140,9 +148,12 @@ mod create;
 mod index;
 mod inplace;
 mod linalg;
+mod loss;
 mod nn;
+mod norm;
 mod pointwise;
 mod reduce;
+mod rnn;
 mod shape;
 mod sort;
 
@@ -151,7 +162,7 @@ use Kind::*;
 
 /// The table, in sections by family; `crate::vocab::ops()` reads them in order,
 /// then the in-place forms derived from their out-of-place twins (`inplace::FORMS`).
-pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, linalg::ROWS, nn::ROWS, shape::ROWS, index::ROWS, sort::ROWS, conv::ROWS, create::ROWS, inplace::ROWS];
+pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, linalg::ROWS, nn::ROWS, norm::ROWS, loss::ROWS, rnn::ROWS, shape::ROWS, index::ROWS, sort::ROWS, conv::ROWS, create::ROWS, inplace::ROWS];
 
 /// Every row, in the table's order, with the index of each derived in-place
 /// form's twin. Called once, by `crate::vocab`'s table: the derived rows live
@@ -167,16 +178,16 @@ pub fn rows() -> Vec<(&'static Row, Option<usize>)> {
 
 /// A one-tensor elementwise op.
 pub const fn unary(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, domain: Domain) -> Row {
-    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain, c: &[] }
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain, c: &[], python: "torch.nn.functional" }
 }
 
 /// An elementwise op of several tensors (or a tensor and scalars).
 pub const fn pointwise(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool) -> Row {
-    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain: Any, c: &[] }
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional" }
 }
 
 /// Any other op.
 pub const fn other(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, cases: &'static [&'static str]) -> Row {
-    Row { name, cases, sigs, accept, out, kind: Other, grad, native: true, domain: Any, c: &[] }
+    Row { name, cases, sigs, accept, out, kind: Other, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional" }
 }
 

@@ -24,6 +24,9 @@ pub const KERNELS: &[(&str, Kernel)] = &[
     ("zeros_like", full_like),
     ("ones_like", full_like),
     ("empty.memory_format", empty),
+    ("zeros", full),
+    ("ones", full),
+    ("full", full),
     ("rand", rand),
     ("randint", randint),
     ("randint.low", randint),
@@ -233,6 +236,23 @@ fn full_like(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
         _ => call.scalar("fill_value").unwrap_or(Scalar::Int(0)),
     };
     Ok(vec![filled(call.op.name(), x.shape(), dtype_or(call, x.dtype()), v)?])
+}
+
+/// `torch.zeros`, `torch.ones` and `torch.full` (whose dtype, when not
+/// given, is the fill value's: bool, int64, or the default float).
+fn full(call: &Call, _: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let v = match call.op.name() {
+        "zeros" => Scalar::Int(0),
+        "ones" => Scalar::Int(1),
+        _ => call.scalar("fill_value").unwrap_or(Scalar::Int(0)),
+    };
+    let default = match (call.op.name(), v) {
+        ("full", Scalar::Bool(_)) => DType::Bool,
+        ("full", Scalar::Int(_)) => DType::I64,
+        _ => DType::F32,
+    };
+    let dt = dtype_or(call, default);
+    Ok(vec![filled(call.op.name(), &size_arg(call, dt)?, dt, v)?])
 }
 
 /// `empty` gives zeros: its values are unspecified, and zeroed pages cost nothing until written.

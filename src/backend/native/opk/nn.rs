@@ -383,9 +383,245 @@ fn sdpa_run<R: Real + Elem>(call: &Call, q: &Raw, k: &Raw, v: &Raw, mask: Option
     })])
 }
 
+// ------------------------------------------------------------ embedding, one_hot, pad
+
+/// `F.embedding(input, weight, padding_idx, scale_grad_by_freq)`; core has
+/// made a negative `padding_idx` count from the end, as F does.
+fn embedding(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let (ids, w) = (input(ins, 0), input(ins, 1));
+    Ok(vec![super::super::nn::embedding_ext(w, ids, call.int("padding_idx"), call.bool("scale_grad_by_freq").unwrap_or(false))?])
+}
+
+/// `F.one_hot(tensor, num_classes)`: int64 `[*, num_classes]`; -1 infers
+/// the count from the largest class, as PyTorch does.
+fn one_hot(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let x = input(ins, 0);
+    if x.dtype() != DType::I64 {
+        crate::bail!(E_DTYPE, "one_hot is only applicable to index tensor of type LongTensor, got {}", x.dtype().name());
+    }
+    let v = x.contiguous()?.slice::<i64>().to_vec();
+    let mut n = call.int("num_classes").unwrap_or(-1);
+    if n == -1 {
+        n = match v.iter().max() {
+            Some(&m) => m + 1,
+            None => crate::bail!(E_INVALID_ARG, "one_hot: Can not infer total number of classes from empty tensor."),
+        };
+    } else if n < -1 {
+        crate::bail!(E_INVALID_ARG, "one_hot: num_classes should be -1 or non-negative, got {n}");
+    }
+    if v.iter().any(|&c| c < 0) {
+        crate::bail!(E_INVALID_ARG, "one_hot: Class values must be non-negative.");
+    }
+    if v.iter().any(|&c| c >= n) {
+        crate::bail!(E_INVALID_ARG, "one_hot: Class values must be smaller than num_classes.");
+    }
+    let mut shape = x.shape().to_vec();
+    shape.push(n);
+    if v.len().checked_mul(n as usize).and_then(|e| e.checked_mul(8)).is_none_or(|b| b > isize::MAX as usize) {
+        crate::bail!(E_RESOURCE, "one_hot: {} x {n} elements are too many", v.len());
+    }
+    let out = Raw::zeros(&shape, DType::I64)?;
+    let o = out.slice_mut::<i64>();
+    for (r, &c) in v.iter().enumerate() {
+        o[r * n as usize + c as usize] = 1;
+    }
+    Ok(vec![out])
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum PadMode {
+    Constant,
+    Reflect,
+    Replicate,
+    Circular,
+}
+
+/// For each dim of the result, the source index of each position in the
+/// input (-1: the constant), after `F.pad`'s checks of `pad` and `mode`.
+fn pad_maps(x: &[i64], pad: &[i64], mode: PadMode, mode_name: &str) -> Result<Vec<Vec<i64>>> {
+    if pad.len() % 2 != 0 {
+        crate::bail!(E_INVALID_ARG, "pad: Padding length must be divisible by 2");
+    }
+    let k = pad.len() / 2;
+    if k > x.len() {
+        crate::bail!(E_INVALID_ARG, "pad: Padding length should be less than or equal to two times the input dimension but got padding length {} and input of dimension {}", pad.len(), x.len());
+    }
+    if mode != PadMode::Constant {
+        // PyTorch's non-constant modes pad the last 1-3 dims of a batched or unbatched input.
+        if k == 0 || k > 3 || !(x.len() == k + 1 || x.len() == k + 2) {
+            crate::bail!(E_UNSUPPORTED, "pad: Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now (mode {mode_name}, padding length {}, input of dimension {})", pad.len(), x.len());
+        }
+    }
+    let mut maps = Vec::with_capacity(x.len());
+    let padding = |d: usize| {
+        let from_end = x.len() - 1 - d;
+        if from_end < k { (pad[2 * from_end], pad[2 * from_end + 1]) } else { (0, 0) }
+    };
+    // The result's size, checked before any index map is built (a map is as long as its dim).
+    let mut total = 1usize;
+    for (d, &n) in x.iter().enumerate() {
+        let (before, after) = padding(d);
+        let m = n.checked_add(before).and_then(|m| m.checked_add(after)).ok_or_else(|| crate::err!(E_RESOURCE, "pad: the padded size of dim {d} overflows"))?;
+        total = total.checked_mul(m.max(0) as usize).filter(|&t| t <= isize::MAX as usize / 16).ok_or_else(|| crate::err!(E_RESOURCE, "pad: the result would be too large"))?;
+    }
+    for (d, &n) in x.iter().enumerate() {
+        let from_end = x.len() - 1 - d;
+        let (before, after) = padding(d);
+        let m = n + before + after;
+        if m < 0 || (from_end < k && m == 0 && n > 0 && mode != PadMode::Constant) {
+            crate::bail!(E_SHAPE, "pad: the padded size of dim {d} would be {m} (input size {n}, padding ({before}, {after}))");
+        }
+        let ok = match mode {
+            _ if from_end >= k => true,
+            PadMode::Constant => true,
+            PadMode::Reflect => before < n && after < n && before >= 0 && after >= 0,
+            PadMode::Replicate => n > 0 && before >= 0 && after >= 0,
+            PadMode::Circular => before <= n && after <= n && before >= 0 && after >= 0,
+        };
+        if !ok {
+            crate::bail!(E_SHAPE, "pad: padding ({before}, {after}) of dim {d} of input {} is out of range for mode {mode_name} (reflect: less than the size; circular: at most the size)", fmt(x));
+        }
+        // An empty result needs no maps (and a huge padded dim beside an empty one would build one).
+        maps.push(
+            (0..if total == 0 { 0 } else { m.max(0) })
+                .map(|o| {
+                    let i = o - before;
+                    match mode {
+                        _ if (0..n).contains(&i) => i,
+                        PadMode::Constant => -1,
+                        PadMode::Reflect => if i < 0 { -i } else { 2 * (n - 1) - i },
+                        PadMode::Replicate => i.clamp(0, n - 1),
+                        PadMode::Circular => i.rem_euclid(n),
+                    }
+                })
+                .collect(),
+        );
+    }
+    Ok(maps)
+}
+
+/// Calls `f(result index, input index or None)` for every result element, in order.
+fn pad_walk(x: &[i64], maps: &[Vec<i64>], mut f: impl FnMut(usize, Option<usize>)) {
+    let out: Vec<usize> = maps.iter().map(Vec::len).collect();
+    let total: usize = out.iter().product();
+    let strides = super::super::tensor::contiguous_strides(x);
+    let mut idx = vec![0usize; out.len()];
+    for flat in 0..total {
+        let mut src = Some(0usize);
+        for (d, &i) in idx.iter().enumerate() {
+            let s = maps[d][i];
+            src = if s < 0 { None } else { src.map(|a| a + s as usize * strides[d] as usize) };
+        }
+        f(flat, src);
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < out[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// `F.pad(input, pad, mode, value)`: modes constant (negative pads crop),
+/// reflect, replicate and circular; the gradient sums each result position
+/// into the input position it was read from.
+fn pad(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let x = input(ins, 0);
+    let mode_name = call.str("mode").unwrap_or("constant");
+    let mode = match mode_name {
+        "constant" => PadMode::Constant,
+        "reflect" => PadMode::Reflect,
+        "replicate" => PadMode::Replicate,
+        "circular" => PadMode::Circular,
+        m => crate::bail!(E_INVALID_ARG, "pad: Unrecognised padding mode {m}"),
+    };
+    // PyTorch's reflect and replicate kernels take every dtype but bool.
+    if matches!(mode, PadMode::Reflect | PadMode::Replicate) && x.dtype() == DType::Bool {
+        crate::bail!(E_DTYPE, "pad: mode {mode_name} is not implemented for bool");
+    }
+    let value = call.float("value");
+    if mode != PadMode::Constant && value.is_some() {
+        crate::bail!(E_INVALID_ARG, "pad: Padding mode \"{mode_name}\" doesn't take in value argument");
+    }
+    let pads = call.ints("pad").unwrap_or(&[]);
+    let maps = pad_maps(x.shape(), pads, mode, mode_name)?;
+    let k = pads.len() / 2;
+    let shape: Vec<i64> = x.shape().iter().enumerate().map(|(d, &n)| {
+        let e = x.dim() - 1 - d;
+        if e < k { n + pads[2 * e] + pads[2 * e + 1] } else { n }
+    }).collect();
+    let xc = x.contiguous()?;
+    let out = Raw::empty(&shape, x.dtype())?;
+    if out.numel() > 0 {
+        with_elem!(x.dtype(), T => {
+            let fill = <T as Elem>::down(<<T as Elem>::Acc as super::super::elem::Arith>::from_f64(value.unwrap_or(0.0)));
+            let (src, o) = (xc.slice::<T>(), out.slice_mut::<T>());
+            pad_walk(x.shape(), &maps, |i, s| o[i] = s.map_or(fill, |s| src[s]));
+        });
+    }
+    if !needs_grad(&[x]) {
+        return Ok(vec![out]);
+    }
+    let xs = x.shape().to_vec();
+    Ok(vec![super::super::autograd::record(out, "PadBackward0", &[x], move |g| {
+        let gc = g.contiguous()?;
+        if gc.numel() == 0 {
+            return Ok(vec![Some(Raw::zeros(&xs, g.dtype())?)]);
+        }
+        let dx = with_elem!(g.dtype(), T => {
+            let gs = gc.slice::<T>();
+            let mut acc = vec![<T as Elem>::Acc::default(); numel(&xs)];
+            pad_walk(&xs, &maps, |o, s| {
+                if let Some(s) = s {
+                    acc[s] = super::super::elem::Arith::add(acc[s], gs[o].up());
+                }
+            });
+            Raw::from_vec::<T>(&xs, &acc.into_iter().map(<T as Elem>::down).collect::<Vec<T>>())?
+        });
+        Ok(vec![Some(dx)])
+    })])
+}
+
+/// `F.dropout(input, p, training)`.
+fn dropout(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    Ok(vec![super::super::nn::dropout(input(ins, 0), call.float("p").unwrap_or(0.5), call.bool("training").unwrap_or(true))?])
+}
+
+/// `F.dropout2d(input, p, training)`, ATen's `feature_dropout`: whole
+/// channels (dims 0 and 1 index them) are zeroed, the rest scaled by `1/(1-p)`.
+fn dropout2d(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let x = input(ins, 0);
+    let (p, train) = (call.float("p").unwrap_or(0.5), call.bool("training").unwrap_or(true));
+    if x.dim() < 2 {
+        crate::bail!(E_SHAPE, "dropout2d: Feature dropout requires at least 2 dimensions in the input, got {}", fmt(x.shape()));
+    }
+    if p == 0.0 || !train || x.numel() == 0 {
+        return Ok(vec![x.clone()]);
+    }
+    if !x.dtype().is_float() {
+        crate::bail!(E_DTYPE, "dropout2d needs a floating dtype, got {}", x.dtype().name());
+    }
+    let mut noise_shape = vec![1i64; x.dim()];
+    noise_shape[..2].copy_from_slice(&x.shape()[..2]);
+    let noise = if p >= 1.0 { Raw::zeros(&noise_shape, x.dtype())? } else { Raw::empty(&noise_shape, x.dtype())? };
+    if p < 1.0 {
+        // As `_dropout_impl`: bernoulli(1 - p), then divided by 1 - p (in f32 but for f64).
+        let keep = 1.0 - p;
+        let scale = if x.dtype() == DType::F64 { 1.0 / keep } else { f64::from(1.0 / keep as f32) };
+        super::super::rng::bernoulli_scaled(&noise, keep, scale);
+    }
+    Ok(vec![super::super::ops::binary(crate::vocab::kinds::Binary::Mul, x, &noise)?])
+}
+
 pub const KERNELS: &[(&str, Kernel)] = &[
+    ("dropout", dropout),
+    ("dropout2d", dropout2d),
     ("linear", linear),
     ("layer_norm", layer_norm),
     ("rms_norm", rms_norm),
     ("scaled_dot_product_attention", scaled_dot_product_attention),
+    ("embedding", embedding),
+    ("one_hot", one_hot),
+    ("pad", pad),
 ];

@@ -1,9 +1,12 @@
-"""`make bench`: greedy generation with a GPT-2-small-shaped model (n_embd
-768, 12 layers, 12 heads, vocab 50257, n_positions 1024; seeded random
-weights saved by transformers' save_pretrained), batch 1, 128 new tokens
-after a 32-token prompt, at 1 and 2 threads, in one run:
-examples-c/gpt2_generate (KV cache; native and torch backends) vs
-transformers eager `model.generate(do_sample=False)` on the CPU.
+"""`make bench`: greedy generation, batch 1, 128 new tokens after a 32-token
+prompt, at 1 and 2 threads, in one run, with seeded random weights saved by
+transformers' save_pretrained:
+- `--arch gpt2`: a GPT-2-small-shaped model (n_embd 768, 12 layers, 12
+  heads, vocab 50257, n_positions 1024), run by examples-c/gpt2_generate;
+- `--arch llama`: a Llama-style model at d_model 512, 8 layers, 8 query and
+  4 key/value heads, SwiGLU 1408, vocab 32000, run by examples-c/llama_generate;
+each with its KV cache on the native and torch backends, vs transformers
+eager `model.generate(do_sample=False)` on the CPU.
 
 Times cover generation only (the prompt's pass and the 128 steps), not
 loading: gpt2_generate times itself after loading the file and prints
@@ -12,7 +15,7 @@ warm-up run per thread count (the program: a whole run, which also puts the
 file in the page cache), then the best of ROUNDS. Threads: ENKAI_NUM_THREADS
 for the program, torch.set_num_threads for transformers.
 
-Usage: gpt2_compare.py GPT2_GENERATE [NOTORCH_LIB]  (the program, linked with
+Usage: generate_compare.py --arch gpt2|llama PROGRAM [NOTORCH_LIB]  (the program, linked with
 the libtorch build, which has both backends; with the libtorch-free library
 its native backend is measured too, loaded through LD_LIBRARY_PATH)."""
 
@@ -25,11 +28,22 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 N_PROMPT, N_NEW, ROUNDS = 32, 128, 2
-PROMPT = [(7919 * i + 13) % 50257 for i in range(N_PROMPT)]
+PROMPT = [(7919 * i + 13) % 32000 for i in range(N_PROMPT)]
+# No bos/eos: exactly N_NEW tokens on every side.
+ARCHS = {
+    "gpt2": ("GPT-2-small-shaped (n_embd 768, 12 layers, 12 heads, vocab 50257, random weights)",
+             lambda: GPT2LMHeadModel(GPT2Config(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024,
+                                                bos_token_id=None, eos_token_id=None, pad_token_id=None))),
+    "llama": ("Llama-style (d_model 512, 8 layers, 8 heads / 4 kv heads, SwiGLU 1408, vocab 32000, random weights)",
+              lambda: LlamaForCausalLM(LlamaConfig(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                                                   num_key_value_heads=4, intermediate_size=1408, vocab_size=32000,
+                                                   max_position_embeddings=1024, tie_word_embeddings=False,
+                                                   bos_token_id=None, eos_token_id=None, pad_token_id=None))),
+}
 
 
 def ours(exe, model_dir, threads, backend, lib_dir):
@@ -58,14 +72,16 @@ def transformers_eager(model, threads):
 
 
 def main():
-    exe = str(Path(sys.argv[1]).resolve())
-    notorch = sys.argv[2] if len(sys.argv) > 2 else None
-    # No bos/eos: exactly N_NEW tokens on every side.
-    config = GPT2Config(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024,
-                        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    args = sys.argv[1:]
+    arch = "gpt2"
+    if args[:1] == ["--arch"]:
+        arch, args = args[1], args[2:]
+    title, make = ARCHS[arch]
+    exe = str(Path(args[0]).resolve())
+    notorch = args[1] if len(args) > 1 else None
     hf_logging.disable_progress_bar()
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(config).eval()
+    model = make().eval()
     sides = [("native backend", lambda n: ours(exe, d, n, "cpu", None)),
              ("torch backend", lambda n: ours(exe, d, n, "torch", None))]
     if notorch and Path(notorch).exists():
@@ -89,7 +105,7 @@ def main():
             rows[n] = best
     torch.set_num_threads(threads0)
 
-    print(f"GPT-2-small-shaped (n_embd 768, 12 layers, 12 heads, vocab 50257, random weights), batch 1, "
+    print(f"{title}, batch 1, "
           f"greedy, {N_NEW} new tokens after a {N_PROMPT}-token prompt, generation only (load excluded), "
           f"best of {ROUNDS} after a warm-up; tokens/s (ratio vs transformers eager; target native >= 1.5x)")
     print(f"  {'':30} " + " ".join(f"{f'{n} thread' + ('s' if n > 1 else ''):>18}" for n in rows))
