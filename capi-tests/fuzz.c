@@ -635,7 +635,7 @@ OP(data_out) {
 
 OP(autograd) {
     int64_t t = tensor();
-    switch (below(8)) {
+    switch (below(9)) {
     case 0: {
         CALL(enkai_tensor_require_grad); logcall("require_grad(%" PRId64 ")", t);
         int64_t r = enkai_tensor_require_grad(t);
@@ -705,6 +705,19 @@ OP(autograd) {
         int64_t seedv = int_arg();
         CALL(enkai_tensor_manual_seed); logcall("manual_seed(%" PRId64 ")", seedv);
         outcome(enkai_tensor_manual_seed(seedv) != 0);
+        break;
+    }
+    case 7: {
+        int flag = chance(50);
+        if (chance(50)) {
+            CALL(enkai_tensor_requires_grad_); logcall("requires_grad_(%" PRId64 ", %d)", t, flag);
+            outcome(enkai_tensor_requires_grad_(t, flag) != 0);
+        } else {
+            CALL(enkai_tensor_requires_grad); logcall("requires_grad(%" PRId64 ")", t);
+            int r = enkai_tensor_requires_grad(t);
+            if (r != -1 && r != 0 && r != 1) fail("requires_grad returned %d", r);
+            outcome(r == -1);
+        }
         break;
     }
     default: {

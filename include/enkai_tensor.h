@@ -271,6 +271,21 @@ int enkai_amp_step(int64_t loss, int64_t scaler, const char *params, int64_t opt
 int64_t enkai_tensor_require_grad(int64_t t);
 
 /**
+ * `t.requires_grad_(requires_grad)`: non-zero is `enkai_tensor_require_grad`;
+ * zero freezes a leaf, as PyTorch's `param.requires_grad_(False)` (ops
+ * record nothing for it, `backward` leaves its grad as it was, optimizers
+ * skip it while it has none). Returns 0, or 1 with `E_HANDLE_*`, `E_DTYPE`
+ * (setting it on a non-floating tensor), `E_AUTOGRAD` (clearing it on a
+ * tensor computed by recorded ops: detach that instead).
+ */
+int enkai_tensor_requires_grad_(int64_t t, int requires_grad);
+
+/**
+ * Whether `t` records gradients (`t.requires_grad`): 1 or 0, or -1 with `E_HANDLE_*`.
+ */
+int enkai_tensor_requires_grad(int64_t t);
+
+/**
  * Backpropagates from the one-element `loss`; grads accumulate into leaves
  * as in PyTorch. The graph is freed afterwards. Returns 0, or 1 with
  * `E_AUTOGRAD` (not one element, no graph, graph already freed), `E_HANDLE_*`.
@@ -949,7 +964,8 @@ int64_t enkai_op(const char *name,
  * cases (`{"inputs", "kwargs"?}`, the test suite's input); a layer or loss
  * with `torch.nn.functional`'s signature names that function (`python`)
  * and the ATen operator libtorch runs for it (`lowers_to`, with its
- * `lowered_signature`). Owned: release with `enkai_free`.
+ * `lowered_signature`; none for a function that picks among operators,
+ * as `interpolate`). Owned: release with `enkai_free`.
  * Errors: `E_RESOURCE` (out of memory), and then `{NULL, 0}`.
  */
 struct EnkaiSlice enkai_op_schema(void);

@@ -308,6 +308,16 @@ class Tensor : public detail::Handle<enkai_tensor_retain, enkai_tensor_free> {
     return *this;
   }
   Tensor&& require_grad() && { return std::move(require_grad()); }
+  /// As `Tensor.requires_grad_(flag)`: false freezes a leaf (a parameter).
+  const Tensor& requires_grad_(bool flag = true) const {
+    detail::check_status(enkai_tensor_requires_grad_(h_, flag ? 1 : 0));
+    return *this;
+  }
+  bool requires_grad() const {
+    int r = enkai_tensor_requires_grad(h_);
+    if (r < 0) detail::throw_last_error();
+    return r != 0;
+  }
   void backward() const { detail::check_status(enkai_tensor_backward(h_)); }
   /// The gradient (sharing storage with it), or an empty Tensor when there is none.
   Tensor grad() const {

@@ -22,8 +22,23 @@ pub fn require_grad(h: i64) -> Result<i64> {
     if !dt.is_float() {
         crate::bail!(E_DTYPE, "require_grad: only floating tensors can require gradients, got {}", dt.name());
     }
-    imp::set_requires_grad(&t.raw).map_err(|e| autograd_err("require_grad", e))?;
+    imp::set_requires_grad(&t.raw, true).map_err(|e| autograd_err("require_grad", e))?;
     Ok(h)
+}
+
+/// `t.requires_grad_(flag)`: setting it is `require_grad`; clearing it
+/// freezes a leaf (ops record nothing for it; its grad stays as it was).
+pub fn set_requires_grad(h: i64, flag: bool) -> Result<()> {
+    if flag {
+        return require_grad(h).map(drop);
+    }
+    let t = get(h)?;
+    imp::set_requires_grad(&t.raw, false).map_err(|e| autograd_err("requires_grad_", e))
+}
+
+/// Whether `t` records gradients: a leaf that requires them, or a result of recorded ops.
+pub fn requires_grad(h: i64) -> Result<bool> {
+    Ok(imp::requires_grad(&get(h)?.raw))
 }
 
 pub fn backward(loss: i64) -> Result<()> {

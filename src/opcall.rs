@@ -302,8 +302,9 @@ fn validate(op: &OpDef, sig: &Sig, args: &[Value], present: &[bool]) -> Result<(
     let name = op.name();
     let given = |p: &str| sig.param(p).map(|i| &args[i]);
     // A probability (attention's and the dropouts'), as PyTorch words it.
-    for p in ["dropout_p", "p"] {
-        if let (Some(&Value::Float(v)), true) = (given(p), name.contains("dropout")) {
+    // (`p` is a probability only in the dropouts; `dropout_p` in every op that has one.)
+    for (p, applies) in [("dropout_p", true), ("p", name.contains("dropout"))] {
+        if let (Some(&Value::Float(v)), true) = (given(p), applies) {
             if !(0.0..=1.0).contains(&v) {
                 crate::bail!(E_INVALID_ARG, "{name}: dropout probability has to be between 0 and 1, but got {v}");
             }
@@ -1002,6 +1003,8 @@ pub fn schema_json() -> String {
                 e["python"] = json!(format!("{}.{}", op.row.python, op.name()));
                 e["lowers_to"] = json!(l.sig.full_name());
                 e["lowered_signature"] = json!(l.sig.text);
+            } else if let (false, Some(e)) = (op.row.aten, entries.last_mut()) {
+                e["python"] = json!(format!("{}.{}", op.row.python, op.name()));
             }
         }
     }

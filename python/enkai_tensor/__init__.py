@@ -652,6 +652,18 @@ class Tensor:
         _check_handle(lib.enkai_tensor_require_grad(self.handle))
         return self
 
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """As `Tensor.requires_grad_`: False freezes a leaf (a parameter)."""
+        _check_status(lib.enkai_tensor_requires_grad_(self.handle, int(bool(requires_grad))))
+        return self
+
+    @property
+    def requires_grad(self) -> bool:
+        r = lib.enkai_tensor_requires_grad(self.handle)
+        if r < 0:
+            _raise()
+        return bool(r)
+
     def backward(self) -> None:
         _check_status(lib.enkai_tensor_backward(self.handle))
 
@@ -1254,6 +1266,11 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
+# torch.nn.functional functions whose name is another op as a Tensor method
+# in PyTorch (`Tensor.unfold(dimension, size, step)` is a sliding-window view).
+_NOT_METHODS = {"unfold"}
+
+
 def _install_ops() -> None:
     for ov in op_schema():
         name = ov["name"]
@@ -1273,6 +1290,8 @@ def _install_ops() -> None:
         elif name not in g:
             g[name] = fn
             __all__.append(name)
+        if name in _NOT_METHODS:
+            continue
         if not hasattr(Tensor, name) and any(ov["params"] and ov["params"][0]["type"] == "Tensor" for ov in _overloads[name]):
             setattr(Tensor, name, fn)
 

@@ -89,6 +89,8 @@ SIGNATURES = {
     "enkai_tensor_to_backend": (c_i64, [c_i64, c_str]),
     "enkai_tensor_detach": (c_i64, [c_i64]),
     "enkai_tensor_require_grad": (c_i64, [c_i64]),
+    "enkai_tensor_requires_grad_": (c_int, [c_i64, c_int]),
+    "enkai_tensor_requires_grad": (c_int, [c_i64]),
     "enkai_tensor_backward": (c_int, [c_i64]),
     "enkai_tensor_grad": (c_i64, [c_i64]),
     "enkai_tensor_grad_multi": (c_int, [c_str, c_char_pp, c_size_p]),

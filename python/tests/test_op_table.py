@@ -106,19 +106,38 @@ def to_numpy(t):
 
 
 # Ops whose fp32/fp64 atol is this many times the class's (the docstring says why).
-LOOSE = {"scaled_dot_product_attention": 20, "lstm": 40, "gru": 40}
+# group_norm: over 300 random [3, 6] two-group cases PyTorch's own fp32 input
+# gradient was 2.0e-5 (relative to its largest element) from its fp64 one:
+# a group of three values normalises with a large invstd, which amplifies
+# the rounding of the centred sums.
+LOOSE = {"scaled_dot_product_attention": 20, "lstm": 40, "gru": 40, "group_norm": 20}
 # Ops whose fp16/bf16 atol is this many times the class's: a recurrence rounds
 # every op of every step to the storage type, in another order than PyTorch's
 # (its gates are one addmm), and the roundings compound over steps and layers.
-LOOSE_HALF = {"lstm": 5, "gru": 20, "lstm_cell": 2, "gru_cell": 2}
+# batch_norm: PyTorch's CPU kernel for a non-contiguous half input (the
+# "transposed" layout) rounds more than its contiguous one: against an fp64
+# reference over 300 random [4, 3] eval calls its error (relative to 1+|y|)
+# was 0.0164 for bf16 (contiguous: 0.0034) and 0.0017 for fp16 (0.0004);
+# the native kernel rounds once, so the difference is PyTorch's own.
+LOOSE_HALF = {"lstm": 5, "gru": 20, "lstm_cell": 2, "gru_cell": 2, "batch_norm": 4}
 
 
-def check_close(ours, ref, what, loose=1):
+# Calls the native backend states it does not run (E_UNSUPPORTED) where
+# libtorch has a kernel it does not reproduce, by (op, dtype).
+NATIVE_GAPS = {("interpolate", "uint8"): "a linear mode: libtorch's fixed-point uint8 kernel rounds its own way"}
+
+
+def check_close(ours, ref, what, loose=1, scaled=False):
+    """`ours` equals PyTorch's `ref` within TOL; `scaled` (gradients, sums of
+    many terms that may cancel) takes atol relative to the largest |ref|
+    when that is above 1, as a sum's rounding grows with its terms."""
     assert NAMES[ref.dtype] == ours.dtype, f"{what}: dtype {ours.dtype}, torch {ref.dtype}"
     assert tuple(ours.shape) == tuple(ref.shape), f"{what}: shape {ours.shape}, torch {tuple(ref.shape)}"
     a, b = to_numpy(ours), to_numpy(ref)
     if ours.dtype in TOL:
         rtol, atol = TOL[ours.dtype]
+        if scaled and b.size and np.isfinite(b).any():
+            atol *= max(1.0, float(np.nanmax(np.abs(b[np.isfinite(b)]))))
         atol = atol * loose if ours.dtype in ("fp32", "fp64") else atol * LOOSE_HALF.get(what.split()[0].split(".")[0], 1)
         np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
     else:
@@ -302,6 +321,8 @@ def test_every_overload_is_an_aten_operator_with_its_parameters():
                 fn = getattr(torch.nn.functional, ov["python"].rpartition(".")[2])
                 py = list(inspect.signature(fn).parameters)
                 assert all(p["name"] in py for p in ov["params"]), (ov["overload"], py)
+            if "lowers_to" not in ov:
+                continue  # a Python function picking among operators (F.interpolate)
             name, _, overload = ov["lowers_to"].partition(".")
             sig = ov["lowered_signature"]
             params = sig[sig.index("(") + 1:sig[:sig.rindex("->")].rindex(")")]
@@ -373,7 +394,9 @@ def build_input(rng, spec, dtype, domain, layout):
         if d == "bool":
             a = rng.random(shape) < 0.5
         elif d in ("int64", "int32", "uint8"):
-            a = rng.integers(lo, hi, shape).astype({"int64": np.int64, "int32": np.int32, "uint8": np.uint8}[d])
+            # (a float range, given for the float dtypes, as the integers around it)
+            lo, hi = int(np.floor(lo)), int(np.ceil(hi))
+            a = rng.integers(lo, max(hi, lo + 1), shape).astype({"int64": np.int64, "int32": np.int32, "uint8": np.uint8}[d])
         else:
             a = rng.uniform(lo, hi, shape).astype(np.float64 if d == "fp64" else np.float32)
         return pair(a, d, "contiguous")
@@ -438,7 +461,12 @@ def test_op_cases(name, backend):
                             et.op(name, *ours_in, **kw)
                         assert e.value.code in ("E_DTYPE", "E_TORCH", "E_SHAPE", "E_INVALID_ARG"), f"{what}: {e.value}"
                         continue
-                    got = results(et.op(name, *ours_in, **kw))
+                    try:
+                        got = results(et.op(name, *ours_in, **kw))
+                    except et.EnkaiError as e:
+                        if backend == "cpu" and e.code == "E_UNSUPPORTED" and (name, dtype) in NATIVE_GAPS:
+                            continue
+                        raise
                     refs = results(ref)
                     assert len(got) == len(refs), what
                     for g, r in zip(got, refs):
@@ -486,7 +514,7 @@ def check_case_grad(rng, ov, case, kw):
         total.backward()
         for i, g_ref in zip(diff, grads):
             if g_ref is not None:
-                check_close(flat_o[i].grad, g_ref, f"grad {i} of {ov['overload']} {dtype} {case}", LOOSE.get(ov["name"], 1))
+                check_close(flat_o[i].grad, g_ref, f"grad {i} of {ov['overload']} {dtype} {case}", LOOSE.get(ov["name"], 1), scaled=True)
 
 
 def test_nonfinite_kwargs_pass_as_python_writes_them(backend):

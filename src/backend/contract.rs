@@ -149,7 +149,9 @@ pub trait Ops: Backend {
 /// Gradients. A tensor's grad is accumulated by `backward`; these read and
 /// update it as PyTorch's grad utilities do, under no_grad.
 pub trait Autograd: Backend {
-    fn set_requires_grad(x: &Self::Raw) -> Result<()>;
+    /// `x.requires_grad_(flag)`; clearing it on a tensor a recorded op
+    /// computed is refused (`E_AUTOGRAD`), as PyTorch refuses it.
+    fn set_requires_grad(x: &Self::Raw, flag: bool) -> Result<()>;
     fn requires_grad(t: &Self::Raw) -> bool;
     /// Back-propagates from a scalar `loss` (the caller checked it is one).
     fn backward(loss: &Self::Raw) -> Result<()>;

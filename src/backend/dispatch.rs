@@ -344,8 +344,8 @@ pub fn cross_entropy(l: &Raw, t: &Raw) -> Result<Raw> {
 
 // ----------------------------------------------------------------- autograd
 
-pub fn set_requires_grad(x: &Raw) -> Result<()> {
-    each!(x, B, x => B::set_requires_grad(x))
+pub fn set_requires_grad(x: &Raw, flag: bool) -> Result<()> {
+    each!(x, B, x => B::set_requires_grad(x, flag))
 }
 
 pub fn requires_grad(t: &Raw) -> bool {

@@ -431,7 +431,7 @@ fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u
         b.check_device(dev)?;
         let raw = placed(cpu, dev)?;
         if grads[i] {
-            imp::set_requires_grad(&raw)?;
+            imp::set_requires_grad(&raw, true)?;
         }
         made.0.push(tensor::register(b, raw)?);
     }

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use super::{guard, out_arg, status, str_arg, OutStr};
+use super::{guard, guard_or, out_arg, status, str_arg, OutStr};
 use crate::{autograd, json};
 
 /// Marks `t` (floating) as a leaf that records gradients. Returns `t` itself —
@@ -12,6 +12,23 @@ use crate::{autograd, json};
 #[no_mangle]
 pub extern "C" fn enkai_tensor_require_grad(t: i64) -> i64 {
     guard(|| autograd::require_grad(t))
+}
+
+/// `t.requires_grad_(requires_grad)`: non-zero is `enkai_tensor_require_grad`;
+/// zero freezes a leaf, as PyTorch's `param.requires_grad_(False)` (ops
+/// record nothing for it, `backward` leaves its grad as it was, optimizers
+/// skip it while it has none). Returns 0, or 1 with `E_HANDLE_*`, `E_DTYPE`
+/// (setting it on a non-floating tensor), `E_AUTOGRAD` (clearing it on a
+/// tensor computed by recorded ops: detach that instead).
+#[no_mangle]
+pub extern "C" fn enkai_tensor_requires_grad_(t: i64, requires_grad: c_int) -> c_int {
+    status(|| autograd::set_requires_grad(t, requires_grad != 0))
+}
+
+/// Whether `t` records gradients (`t.requires_grad`): 1 or 0, or -1 with `E_HANDLE_*`.
+#[no_mangle]
+pub extern "C" fn enkai_tensor_requires_grad(t: i64) -> c_int {
+    guard_or(-1, || autograd::requires_grad(t).map(c_int::from))
 }
 
 /// Backpropagates from the one-element `loss`; grads accumulate into leaves

@@ -75,7 +75,8 @@ unsafe fn checked(name: *const c_char, inputs: *const i64, n_inputs: usize, kwar
 /// cases (`{"inputs", "kwargs"?}`, the test suite's input); a layer or loss
 /// with `torch.nn.functional`'s signature names that function (`python`)
 /// and the ATen operator libtorch runs for it (`lowers_to`, with its
-/// `lowered_signature`). Owned: release with `enkai_free`.
+/// `lowered_signature`; none for a function that picks among operators,
+/// as `interpolate`). Owned: release with `enkai_free`.
 /// Errors: `E_RESOURCE` (out of memory), and then `{NULL, 0}`.
 #[no_mangle]
 pub extern "C" fn enkai_op_schema() -> EnkaiSlice {

@@ -10,6 +10,7 @@ pub mod kinds;
 pub mod norm;
 pub mod optim;
 pub mod rnn;
+pub mod sample;
 pub mod schema;
 pub mod table;
 
@@ -28,7 +29,8 @@ pub type In<'a> = Option<(&'a [i64], DType)>;
 
 /// A rule core checks a call against before either backend runs, for ops
 /// whose libtorch kernels do not check their inputs or word the refusal as
-/// their own (`E_TORCH`): the recurrent layers (`rnn`) and the norms (`norm`).
+/// their own (`E_TORCH`): the recurrent layers (`rnn`), the norms (`norm`)
+/// and the resampling layers (`sample`).
 pub type ShapeRule = fn(&Call, &[In]) -> Result<()>;
 
 /// The core shape rule of op `name`, if it has one.
@@ -36,6 +38,7 @@ pub fn shape_rule(name: &str) -> Option<ShapeRule> {
     match name {
         "lstm" | "gru" | "lstm_cell" | "gru_cell" => Some(rnn::check),
         "batch_norm" | "group_norm" => Some(norm::check),
+        "interpolate" | "unfold" | "fold" => Some(sample::check),
         _ => None,
     }
 }

@@ -14,7 +14,8 @@ use crate::json::write_int_list as fmt;
 /// affine parameters `[C]`, of the input's dtype or, for a bf16/fp16 input,
 /// all fp32 (PyTorch's CPU rule for mixed dtypes); eval needs both running
 /// stats; training more than one value per channel; `C` divisible by
-/// `num_groups` > 0.
+/// `num_groups` > 0; both running stats or neither (`F.batch_norm`'s
+/// Python-side rule since torch 2.13).
 pub fn check(call: &Call, ins: &[In]) -> Result<()> {
     let op = call.op.name();
     let sig = call.sig();
@@ -44,6 +45,9 @@ pub fn check(call: &Call, ins: &[In]) -> Result<()> {
             crate::bail!(E_DTYPE, "{op}: mixed dtype: {p} is {} with a {} input (parameters share the input's dtype, or are all fp32 with a bf16/fp16 input)", d.name(), xd.name());
         }
         first = Some(d);
+    }
+    if op == "batch_norm" && tensor("running_mean").is_some() != tensor("running_var").is_some() {
+        crate::bail!(E_INVALID_ARG, "{op}: running_mean and running_var must either both be None or neither be None");
     }
     if op == "group_norm" {
         let g = call.int("num_groups").unwrap_or(1);

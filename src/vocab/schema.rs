@@ -232,7 +232,9 @@ impl Lower {
         self.args.iter().any(|s| matches!(s, Src::Reduction(i) if matches!(&args[*i], Value::Str(r) if r == "batchmean")))
     }
 
-    /// The ATen operator's arguments from the functional call's `args`.
+    /// The ATen operator's arguments from the functional call's `args`. One
+    /// value for an `int[N]` stands for N of them, as Python's `_pair` makes
+    /// it (`F.unfold(x, 3)`), since an operator such as `im2col` takes N only.
     pub fn args(&self, args: &[Value]) -> Vec<Value> {
         self.sig
             .params
@@ -240,7 +242,10 @@ impl Lower {
             .zip(&self.args)
             .map(|(p, src)| match *src {
                 Src::Param(i) if args[i] == Value::None && !p.optional => p.default.clone().unwrap_or(Value::None),
-                Src::Param(i) => args[i].clone(),
+                Src::Param(i) => match (&args[i], p.ty) {
+                    (Value::Ints(v), Ty::IntList(Some(n))) if v.len() == 1 && n > 1 => Value::Ints(vec![v[0]; usize::from(n)]),
+                    (v, _) => v.clone(),
+                },
                 Src::Reduction(i) => match &args[i] {
                     Value::Str(s) => Value::Int(reduction_code(s)),
                     v => v.clone(),

@@ -26,7 +26,9 @@ pub fn lm_init(layout: &[(Vec<i64>, Init)], seed: i64) -> Result<Vec<Raw>> {
         // Each value times 0.02 in fp32, as `randn(...) * 0.02`.
         t.slice_mut::<f32>().iter_mut().for_each(|v| *v *= 0.02);
     }
-    ts.iter().for_each(super::tensor::set_requires_grad);
+    for t in &ts {
+        super::tensor::set_requires_grad(t, true)?;
+    }
     Ok(ts)
 }
 

@@ -289,9 +289,8 @@ impl Ops for Native {
 }
 
 impl Autograd for Native {
-    fn set_requires_grad(x: &Raw) -> Result<()> {
-        tensor::set_requires_grad(x);
-        Ok(())
+    fn set_requires_grad(x: &Raw, flag: bool) -> Result<()> {
+        tensor::set_requires_grad(x, flag)
     }
 
     fn requires_grad(t: &Raw) -> bool {

@@ -235,7 +235,11 @@ impl Raw {
     }
 }
 
-/// Sets a leaf's flag.
-pub fn set_requires_grad(t: &Raw) {
-    t.0.requires_grad.store(true, Ordering::Relaxed);
+/// Sets a leaf's flag; a computed tensor's can only stay set (its graph decides).
+pub fn set_requires_grad(t: &Raw, flag: bool) -> Result<()> {
+    if !flag && t.0.grad_fn.lock().is_some() {
+        crate::bail!(E_AUTOGRAD, "you can only change requires_grad flags of leaf variables. If you want to use a computed variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().");
+    }
+    t.0.requires_grad.store(flag, Ordering::Relaxed);
+    Ok(())
 }

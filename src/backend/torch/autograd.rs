@@ -9,8 +9,12 @@ impl Autograd for Torch {
         t.0.requires_grad()
     }
 
-    fn set_requires_grad(x: &Raw) -> Result<()> {
-        x.0.f_set_requires_grad(true).map(drop).map_err(torch_err)
+    fn set_requires_grad(x: &Raw, flag: bool) -> Result<()> {
+        // PyTorch checks this in its Python binding, not in libtorch.
+        if !flag && !x.0.f_is_leaf().map_err(torch_err)? {
+            crate::bail!(E_AUTOGRAD, "you can only change requires_grad flags of leaf variables. If you want to use a computed variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().");
+        }
+        x.0.f_set_requires_grad(flag).map(drop).map_err(torch_err)
     }
 
     fn backward(loss: &Raw) -> Result<()> {

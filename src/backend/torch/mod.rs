@@ -8,6 +8,7 @@ mod dist;
 mod lm;
 mod ops;
 pub mod opcall;
+mod sample;
 mod train;
 
 pub use create::*;

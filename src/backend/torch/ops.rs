@@ -127,6 +127,10 @@ impl Ops for Torch {
     }
 
     fn op<O>(call: &crate::vocab::Call, inputs: &[Option<&Raw>], wrap: impl Fn(Raw) -> O) -> Result<smallvec::SmallVec<[O; 2]>> {
+        // `F.interpolate` is Python choosing among ATen's upsample operators, not one of them.
+        if !call.op.row.aten && call.op.name() == "interpolate" {
+            return Ok(smallvec::smallvec![wrap(super::sample::interpolate(call, inputs)?)]);
+        }
         super::opcall::run(call, inputs, wrap)
     }
 }

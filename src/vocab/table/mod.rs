@@ -87,6 +87,11 @@ pub struct Row {
     /// The Python module whose function a functional signature (`=>`) is:
     /// `torch.nn.functional`, or `torch` for `torch.lstm`-like rows.
     pub python: &'static str,
+    /// libtorch runs the row as the ATen operator its signature names (or
+    /// lowers to). False for a Python function that picks among operators
+    /// by its arguments (`F.interpolate`): the torch backend has its own
+    /// kernel for it, and the schema names the Python function alone.
+    pub aten: bool,
 }
 
 /// A typed C function of an op: one overload, with C parameters that map
@@ -140,6 +145,11 @@ impl Row {
     pub const fn in_torch(self) -> Row {
         Row { python: "torch", ..self }
     }
+
+    /// The row is a Python function, not one ATen operator (see `aten`).
+    pub const fn python_only(self) -> Row {
+        Row { aten: false, ..self }
+    }
 }
 
 mod binary;
@@ -154,6 +164,7 @@ mod norm;
 mod pointwise;
 mod reduce;
 mod rnn;
+mod sample;
 mod shape;
 mod sort;
 
@@ -162,7 +173,7 @@ use Kind::*;
 
 /// The table, in sections by family; `crate::vocab::ops()` reads them in order,
 /// then the in-place forms derived from their out-of-place twins (`inplace::FORMS`).
-pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, linalg::ROWS, nn::ROWS, norm::ROWS, loss::ROWS, rnn::ROWS, shape::ROWS, index::ROWS, sort::ROWS, conv::ROWS, create::ROWS, inplace::ROWS];
+pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, linalg::ROWS, nn::ROWS, norm::ROWS, loss::ROWS, rnn::ROWS, sample::ROWS, shape::ROWS, index::ROWS, sort::ROWS, conv::ROWS, create::ROWS, inplace::ROWS];
 
 /// Every row, in the table's order, with the index of each derived in-place
 /// form's twin. Called once, by `crate::vocab`'s table: the derived rows live
@@ -178,16 +189,16 @@ pub fn rows() -> Vec<(&'static Row, Option<usize>)> {
 
 /// A one-tensor elementwise op.
 pub const fn unary(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, domain: Domain) -> Row {
-    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain, c: &[], python: "torch.nn.functional" }
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain, c: &[], python: "torch.nn.functional", aten: true }
 }
 
 /// An elementwise op of several tensors (or a tensor and scalars).
 pub const fn pointwise(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool) -> Row {
-    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional" }
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional", aten: true }
 }
 
 /// Any other op.
 pub const fn other(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, cases: &'static [&'static str]) -> Row {
-    Row { name, cases, sigs, accept, out, kind: Other, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional" }
+    Row { name, cases, sigs, accept, out, kind: Other, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional", aten: true }
 }
 

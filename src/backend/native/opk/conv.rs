@@ -11,7 +11,7 @@
 //! the `gemm` crate; bf16 and fp16 compute in fp32 and round once (what
 //! PyTorch's CPU kernels give); integers wrap, as PyTorch's.
 
-use super::super::autograd::{needs_grad, record_saving};
+use super::super::autograd::{needs_grad, record, record_saving};
 use super::super::elem::{with_elem, Arith, Elem};
 use super::super::kernels::Ptr;
 use super::super::ops::convert;
@@ -21,6 +21,7 @@ use super::{input, Kernel};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::vocab::conv::{adaptive_shape, conv_shape, pool_shape, ConvShape};
+use crate::vocab::sample::{fold_blocks, unfold_blocks, Blocks};
 use crate::vocab::Call;
 
 /// One convolution's sizes, as products between an image and a flat side.
@@ -832,7 +833,97 @@ fn adaptive_avg_pool2d(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     })])
 }
 
+// ------------------------------------------------------------ unfold, fold
+
+/// The products' geometry of `unfold`'s image and columns: one group, the
+/// blocks as the flat side's positions.
+fn blocks_geo(b: &Blocks) -> Geo {
+    let u = |v: [i64; 2]| [v[0] as usize, v[1] as usize];
+    Geo {
+        n: b.n as usize,
+        groups: 1,
+        fc: 1,
+        ic: b.c as usize,
+        ih: b.size[0] as usize,
+        iw: b.size[1] as usize,
+        oh: b.blocks[0] as usize,
+        ow: b.blocks[1] as usize,
+        kh: b.kernel[0] as usize,
+        kw: b.kernel[1] as usize,
+        s: u(b.stride),
+        p: u(b.padding),
+        d: u(b.dilation),
+    }
+}
+
+/// Each image's columns, `[N, C·kh·kw, L]` (the convolutions' im2col).
+fn unfold_raw(x: &Raw, b: &Blocks) -> Result<Raw> {
+    let g = blocks_geo(b);
+    let xc = x.contiguous()?;
+    let out = Raw::empty(&b.cols_shape(), x.dtype())?;
+    let (isz, csz) = (g.ic * g.ih * g.iw, g.k() * g.l());
+    if out.numel() > 0 {
+        with_elem!(x.dtype(), T => {
+            let (src, dst) = (xc.slice::<T>(), out.slice_mut::<T>());
+            for (img, cols) in src.chunks_exact(isz).zip(dst.chunks_exact_mut(csz)) {
+                im2col(img, &g, cols, 0, g.oh);
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// The columns summed back into images, `[N, C, H, W]` (col2im). A bf16 or
+/// fp16 sum rounds after every addition, as PyTorch's `col2im` adds in
+/// the tensor's own dtype.
+fn fold_raw(cols: &Raw, b: &Blocks) -> Result<Raw> {
+    fn sum<T: Num>(cols: &Raw, g: &Geo, shape: &[i64], round: fn(T) -> T) -> Result<Raw> {
+        let c = data::<T>(cols)?;
+        let (isz, csz) = (g.ic * g.ih * g.iw, g.k() * g.l());
+        let mut img = vec![T::default(); g.n * isz];
+        if isz > 0 && csz > 0 {
+            for (x, cs) in img.chunks_exact_mut(isz).zip(c.slice::<T>().chunks_exact(csz)) {
+                col2im(cs, g, x, 0, g.oh, round);
+            }
+        }
+        Raw::from_vec::<T>(shape, &img)
+    }
+    let (g, shape, dt) = (blocks_geo(b), b.image_shape(), cols.dtype());
+    // (bool sums as f32 and converts back: nonzero is true, col2im's `+=` in bool.)
+    let out = match dt {
+        DType::F64 => sum::<f64>(cols, &g, &shape, |v| v)?,
+        DType::BF16 => sum::<f32>(cols, &g, &shape, |v| half::bf16::from_f32(v).to_f32())?,
+        DType::F16 => sum::<f32>(cols, &g, &shape, |v| half::f16::from_f32(v).to_f32())?,
+        _ => sum::<f32>(cols, &g, &shape, |v| v)?,
+    };
+    convert(&out, dt)
+}
+
+/// `F.unfold(input, kernel_size, dilation, padding, stride)`; its gradient is `fold`.
+fn unfold(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let x = input(ins, 0);
+    let b = unfold_blocks(call, x.shape())?;
+    let out = unfold_raw(x, &b)?;
+    if !needs_grad(&[x]) {
+        return Ok(vec![out]);
+    }
+    Ok(vec![record(out, "Im2ColBackward0", &[x], move |g| Ok(vec![Some(fold_raw(g, &b)?)]))])
+}
+
+/// `F.fold(input, output_size, kernel_size, dilation, padding, stride)`; its gradient is `unfold`.
+fn fold(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    let x = input(ins, 0);
+    let b = fold_blocks(call, x.shape())?;
+    let out = fold_raw(x, &b)?;
+    if !needs_grad(&[x]) {
+        return Ok(vec![out]);
+    }
+    Ok(vec![record(out, "Col2ImBackward0", &[x], move |g| Ok(vec![Some(unfold_raw(g, &b)?)]))])
+}
+
 pub const KERNELS: &[(&str, Kernel)] = &[
+    ("unfold", unfold),
+    ("fold", fold),
     ("conv1d", conv1d),
     ("conv1d.padding", conv1d),
     ("conv2d", conv2d),

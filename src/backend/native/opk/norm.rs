@@ -205,15 +205,15 @@ fn for_channels(c: usize, work: usize, task: &(dyn Fn(usize) + Sync)) {
 }
 
 /// `running = momentum·(stat·factor) + (1 - momentum)·running`, written into
-/// the caller's tensor (any float dtype, any strides) under no autograd, and
-/// its version counter bumped as an in-place op's.
+/// the caller's tensor (any float dtype, any strides) under no autograd. As
+/// in PyTorch (2.13), the update does not bump the stat's version counter,
+/// so a graph that saved the stat reads the updated values, as libtorch's does.
 fn update_running<R: Real + Elem>(t: &Raw, stat: &[R], momentum: f64, factor: R) -> Result<()> {
     let old = real::<R>(t)?;
     let (mo, keep) = (num::<R>(momentum), num::<R>(1.0 - momentum));
     let new: Vec<R> = old.slice::<R>().iter().zip(stat).map(|(&r, &v)| mo * (v * factor) + keep * r).collect();
     let new = Raw::from_vec(t.shape(), &new)?;
     with_elem!(t.dtype(), D => copy_into::<R, D>(t, &new));
-    t.0.storage.bump_version();
     Ok(())
 }
 
