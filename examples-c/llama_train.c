@@ -187,9 +187,10 @@ static void init_from(Model *m, const char *dir, int64_t dev) {
             fprintf(stderr, "E_SHAPE: %s: %s is not %s as config.json implies\n", path, m->name[i], want);
             exit(1);
         }
-        /* A copy of its own, in fp32: the parameter is a leaf this program owns. */
-        m->p[i] = then(t, op("clone", &t, 1, NULL));
-        m->p[i] = then(m->p[i], must(enkai_tensor_to_dtype(m->p[i], "fp32"), "to_dtype"));
+        /* Trained in fp32 whatever the file holds. The tensor maps the file
+         * copy-on-write: AdamW's in-place steps never reach the file, so
+         * --out may name the --init directory. */
+        m->p[i] = then(t, must(enkai_tensor_to_dtype(t, "fp32"), "to_dtype"));
     }
     if (enkai_safetensors_free(st)) fail("safetensors_free");
 }
