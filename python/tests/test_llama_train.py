@@ -275,18 +275,18 @@ def test_memory_stays_flat_over_500_cached_tokens(trained):
     The bound. Everything the run needs is allocated before the first
     token (weights, the caches and rotary tables for all 514 positions).
     Measured growth over those 400 tokens: 0.6 MiB (torch backend) and 1.2
-    MiB (cpu), 1.5-3 KiB a token, with no tensor handle more: memory the
-    library keeps per new key length. On the cpu backend part of it is
-    traced: SDPA called over growing key lengths grows RSS about 1 KiB a
-    length the first time and not at all when the same lengths come again
-    (the native backend keeps freed buffers for reuse by size); the rest
-    (and the torch backend's) is not traced, and forcing malloc's large
-    blocks to mmap does not change it. 4 MiB is over 3 times the measured
-    growth, and what it catches is per-token memory held where the live
-    count cannot see it (inside the library) of 10 KiB a token or more, as
-    anything sized by the context is: one layer's keys and values expanded
-    for GQA (2 x 4 heads x S x 16 fp32) are 128 KiB at S = 256. A leaked
-    handle, of any size, shows in the live count."""
+    MiB (cpu), 1.5-3 KiB a token, with no tensor handle more. It is memory
+    the library keeps once per new context length, not per token: the same
+    generation run twice in one process (an experiment: llama_generate's
+    loop in a loop) grows as above in the first pass and by 0 KiB in the
+    second, on both backends; on the cpu backend SDPA over growing key
+    lengths alone shows the pattern (the native backend keeps freed buffers
+    for reuse by size). 4 MiB is over 3 times the measured growth, and
+    what it catches is per-token memory held where the live count cannot
+    see it (inside the library) of 10 KiB a token or more, as anything
+    sized by the context is: one layer's keys and values expanded for GQA
+    (2 x 4 heads x S x 16 fp32) are 128 KiB at S = 256. A leaked handle, of
+    any size, shows in the live count."""
     path, _ = trained
     tokens, _, err = generate(path, 500, "--topk", 40, "--topp", 0.95, "--seed", 1, "--mem-report", 50)
     assert len(tokens) == 500
