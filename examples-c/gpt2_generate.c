@@ -3,8 +3,8 @@
  * generates tokens with a KV cache: the prompt in one pass, then one token
  * per step. Greedy by default, or sampling: top-k, top-p (nucleus) or both.
  *
- *   gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P] [--temperature T]
- *                 [--seed S] [--device D] [--print-logits]
+ *   gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P]
+ *                 [--temperature T] [--seed S] [--device D] [--print-logits]
  *
  * PROMPT_IDS is comma-separated ("464,3290,318"). Prints the new token ids
  * on one line, comma-separated (after the prompt's logits, one position per

@@ -4,9 +4,9 @@
  * pass, then one token per step. Greedy by default, or sampling: top-k,
  * top-p (nucleus) or both.
  *
- *   llama_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P] [--temperature T]
- *                  [--seed S] [--device D] [--threads N] [--no-cache]
- *                  [--print-logits] [--mem-report N]
+ *   llama_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P]
+ *                  [--temperature T] [--seed S] [--device D] [--threads N]
+ *                  [--no-cache] [--print-logits] [--mem-report N]
  *
  * The model: RMSNorm (`rms_norm`), rotary position embeddings with the
  * config's rope_theta (transformers' rotate-half form), grouped-query
@@ -19,10 +19,11 @@
  * [1, kv_heads, prompt + N_NEW, head_dim], and each step writes its keys
  * and values into it in place (`narrow` + `copy_`) and attends over the
  * filled part (a view), with grad mode off: memory stays flat while
- * generating. --mem-report N prints to stderr, every N new tokens, the
- * live tensor handles and the process's resident memory ("mem: tokens 100
- * live_tensors 40 rss_kb 51200"), the test that it does. --no-cache recomputes the whole sequence every step instead
- * (the test that the cache changes nothing).
+ * generating (--mem-report N prints to stderr, every N new tokens, the
+ * live tensor handles and the process's resident memory, "mem: tokens 100
+ * live_tensors 27 rss_kb 51200": the test that it does). --no-cache
+ * recomputes the whole sequence every step instead (the test that the
+ * cache changes nothing).
  *
  * Output as gpt2_generate's: the new ids on the last line, after the
  * prompt's logits with --print-logits; tokens/s on stderr. The backend is

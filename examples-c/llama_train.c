@@ -434,8 +434,9 @@ int main(int argc, char **argv) {
                 tgt[b * T + s] = (unsigned char)TEXT[off + s + 1];
             }
         }
-        int64_t ids = must(enkai_tensor_from_data(in, (size_t)(B * T) * sizeof *in, ids_shape, "int64", dev), "from_data");
-        int64_t y = must(enkai_tensor_from_data(tgt, (size_t)(B * T) * sizeof *tgt, tgt_shape, "int64", dev), "from_data");
+        size_t bytes = (size_t)(B * T) * sizeof *in;
+        int64_t ids = must(enkai_tensor_from_data(in, bytes, ids_shape, "int64", dev), "from_data");
+        int64_t y = must(enkai_tensor_from_data(tgt, bytes, tgt_shape, "int64", dev), "from_data");
         if (enkai_tensor_zero_grad_multi(list)) fail("zero_grad");
         int64_t logits = forward(&m, ids, B, T, cos, sin_signed);
         int64_t loss = must(enkai_tensor_cross_entropy(logits, y), "cross_entropy");
