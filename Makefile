@@ -92,7 +92,7 @@ notorch-test: notorch-build $(NOTORCH_TESTS) build/capi/fuzz build/capi/stress
 # the checkpoint tests cross between this library and the libtorch-free one.
 # Two workers (pytest-xdist): most of the suite's time is spent waiting on
 # subprocesses (ranks, builds, installs), which then overlap.
-python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm build/examples/causal_attention build/examples/accuracy build/examples/sample_tinylm build/examples/gpt2_generate build/examples/llama_generate build/examples/safetensors_inspect build/examples/digits_cnn build/examples/lstm_lm
+python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm build/examples/causal_attention build/examples/accuracy build/examples/sample_tinylm build/examples/gpt2_generate build/examples/llama_generate build/examples/safetensors_inspect build/examples/digits_cnn build/examples/lstm_lm build/examples/llama_train
 	python -m pytest python/tests -q -n 2 --durations=15
 
 # The client-loop test loads the library with dlopen, as the Enkai runtime does.

@@ -1,10 +1,10 @@
 /* gpt2_generate: loads a Hugging Face GPT-2 checkpoint (config.json and
  * model.safetensors, as transformers' save_pretrained writes them) and
  * generates tokens with a KV cache: the prompt in one pass, then one token
- * per step. Greedy by default, or top-k sampling.
+ * per step. Greedy by default, or sampling: top-k, top-p (nucleus) or both.
  *
- *   gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--temperature T]
- *                 [--seed S] [--device D] [--print-logits]
+ *   gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P]
+ *                 [--temperature T] [--seed S] [--device D] [--print-logits]
  *
  * PROMPT_IDS is comma-separated ("464,3290,318"). Prints the new token ids
  * on one line, comma-separated (after the prompt's logits, one position per
@@ -203,21 +203,22 @@ static int64_t forward(Model *m, const uint32_t *ids, int64_t T, int64_t past, i
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--temperature T] [--seed S] "
-                    "[--device D] [--print-logits]\n");
+    fprintf(stderr, "usage: gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P] [--temperature T] "
+                    "[--seed S] [--device D] [--print-logits]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     if (argc < 4) usage();
     int topk = 0, want_logits = 0;
-    double temperature = 1.0;
+    double temperature = 1.0, topp = 0;
     long long seed = 0;
     const char *device = "cpu";
     for (int i = 4; i < argc; i++) {
         if (!strcmp(argv[i], "--print-logits")) want_logits = 1;
         else if (i + 1 >= argc) usage();
         else if (!strcmp(argv[i], "--topk")) topk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--topp")) topp = atof(argv[++i]);
         else if (!strcmp(argv[i], "--temperature")) temperature = atof(argv[++i]);
         else if (!strcmp(argv[i], "--seed")) seed = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--device")) device = argv[++i];
@@ -225,7 +226,8 @@ int main(int argc, char **argv) {
     }
     char *end;
     long n_new = strtol(argv[3], &end, 10);
-    if (end == argv[3] || *end || n_new < 0 || !(temperature > 0) || topk < 0) usage();
+    if (end == argv[3] || *end || n_new < 0 || !(temperature > 0) || topk < 0 || !(topp >= 0 && topp <= 1))
+        usage();
 
     /* Inference only: no graph, no activations kept for a backward. */
     if (enkai_set_grad_enabled(0) < 0) fail("set_grad_enabled");
@@ -253,7 +255,7 @@ int main(int argc, char **argv) {
     while (len < total) {
         int64_t last = then(h, op("select", &h, 1, "{\"dim\": 1, \"index\": -1}"));
         int64_t logits = then(last, must(enkai_tensor_matmul(last, m.wte_t), "matmul"));
-        ids[len++] = pick(logits, topk, temperature);
+        ids[len++] = pick(logits, topk, topp, temperature);
         drop(logits);
         if (len == T + 1) t1 = now();
         h = len < total ? forward(&m, ids + len - 1, 1, (int64_t)len - 1, dev) : 0;

@@ -2,7 +2,8 @@
  * llama_generate.c) share: error exits, one-result ops, a small JSON reader
  * for config.json (depth-limited: a hostile file is a clean E_CKPT_FORMAT
  * exit, never a crash), the prompt's ids, and the next-token pick. Every
- * function is static: each program compiles its own copy. */
+ * function is static: each program compiles its own copy (the generation
+ * helpers are marked unused: llama_train, which only trains, takes the rest). */
 #ifndef HF_COMMON_H
 #define HF_COMMON_H
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -14,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 #include "enkai_tensor.h"
+
+#define MAYBE_UNUSED __attribute__((unused))
 
 static void fail(const char *what) {
     fprintf(stderr, "%s failed: %s\n", what, enkai_tensor_last_error());
@@ -227,7 +230,7 @@ static int whole(double v, double lo, double hi) {
 }
 
 /* The comma-separated prompt ids, each below `vocab`, with room for `extra` more. */
-static uint32_t *parse_ids(const char *text, int64_t vocab, size_t extra, size_t *count) {
+MAYBE_UNUSED static uint32_t *parse_ids(const char *text, int64_t vocab, size_t extra, size_t *count) {
     size_t T = 0, cap = extra + 1;
     for (const char *p = text; *p; p++) cap += *p == ',';
     uint32_t *ids = malloc(cap * sizeof *ids);
@@ -249,22 +252,48 @@ static uint32_t *parse_ids(const char *text, int64_t vocab, size_t extra, size_t
 }
 
 /* The next token from the last position's logits [1, V]: the argmax, or a
- * draw from the top k after dividing by the temperature. */
-static uint32_t pick(int64_t logits, int topk, double temperature) {
+ * draw after dividing by the temperature, as transformers' sampling warpers
+ * do it: from the top k (topk > 0), then from the nucleus (0 < topp < 1:
+ * TopPLogitsWarper's smallest set of most probable tokens whose probability
+ * reaches topp; at least the most probable one), or from all tokens. The
+ * draw is `multinomial`, from the library's generator (manual_seed). */
+MAYBE_UNUSED static uint32_t pick(int64_t logits, int topk, double topp, double temperature) {
     int64_t token;
-    if (topk <= 0) {
+    if (topk <= 0 && !(topp > 0)) {
         token = op("argmax", &logits, 1, "{\"dim\": -1}");
     } else {
         char kw[64], top_kw[32];
         snprintf(kw, sizeof kw, "{\"other\": %.17g}", temperature);
-        snprintf(top_kw, sizeof top_kw, "{\"k\": %d}", topk);
         int64_t scaled = op("div", &logits, 1, kw), top[2];
-        if (enkai_op("topk", &scaled, 1, top_kw, top, 2) != 2) fail("topk");
+        /* The candidates in descending order: top[0] the scaled logits, top[1] their ids. */
+        if (topk > 0) {
+            snprintf(top_kw, sizeof top_kw, "{\"k\": %d}", topk);
+            if (enkai_op("topk", &scaled, 1, top_kw, top, 2) != 2) fail("topk");
+        } else if (enkai_op("sort", &scaled, 1, "{\"dim\": -1, \"descending\": true}", top, 2) != 2) {
+            fail("sort");
+        }
+        drop(scaled);
+        if (topp > 0 && topp < 1) {
+            /* TopPLogitsWarper drops the tokens whose ascending cumulative
+             * probability is <= 1 - topp; in descending order that is the
+             * tokens whose more probable predecessors already sum to >= topp
+             * (an exclusive cumsum, 0 for the first: it always stays). */
+            int64_t p = must(enkai_tensor_softmax(top[0], -1), "softmax");
+            int64_t cum = op("cumsum", &p, 1, "{\"dim\": -1}");
+            int64_t before = must(enkai_tensor_sub(cum, p), "sub");
+            snprintf(kw, sizeof kw, "{\"other\": %.17g}", topp);
+            int64_t out = op("ge", &before, 1, kw);
+            int64_t in[] = {top[0], out};
+            int64_t kept = op("masked_fill", in, 2, "{\"value\": -Infinity}");
+            int64_t done[] = {p, cum, before, out, top[0]};
+            for (size_t i = 0; i < 5; i++) drop(done[i]);
+            top[0] = kept;
+        }
         int64_t probs = must(enkai_tensor_softmax(top[0], -1), "softmax");
         int64_t drawn = op("multinomial", &probs, 1, "{\"num_samples\": 1}");
         token = op("gather", (int64_t[]){top[1], drawn}, 2, "{\"dim\": -1}");
-        int64_t done[] = {scaled, top[0], top[1], probs, drawn};
-        for (size_t i = 0; i < 5; i++) drop(done[i]);
+        int64_t done[] = {top[0], top[1], probs, drawn};
+        for (size_t i = 0; i < 4; i++) drop(done[i]);
     }
     double t = enkai_tensor_item(token);
     if (enkai_tensor_last_error_code()) fail("item");
@@ -272,7 +301,7 @@ static uint32_t pick(int64_t logits, int topk, double temperature) {
     return (uint32_t)t;
 }
 
-static void print_logits(int64_t logits, int64_t T, int64_t V) {
+MAYBE_UNUSED static void print_logits(int64_t logits, int64_t T, int64_t V) {
     int64_t f = must(enkai_tensor_to_dtype(logits, "fp32"), "to_dtype");
     float *v = malloc((size_t)(T * V) * sizeof *v);
     if (!v || enkai_tensor_copy_to(f, v, (size_t)(T * V) * sizeof *v)) fail("copy_to");
