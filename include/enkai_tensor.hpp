@@ -463,7 +463,7 @@ class Adam : public Optimizer {
 class SGD : public Optimizer {
  public:
   SGD() noexcept = default;
-  explicit SGD(const Tensors& params, double lr, double momentum = 0.0, double dampening = 0.0,
+  explicit SGD(const Tensors& params, double lr = 1e-3, double momentum = 0.0, double dampening = 0.0,
                double weight_decay = 0.0, bool nesterov = false)
       : Optimizer(detail::check(enkai_opt_sgd_create(detail::handle_list(params).c_str(), lr, momentum, dampening,
                                                      weight_decay, nesterov ? 1 : 0))) {}

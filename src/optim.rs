@@ -9,7 +9,7 @@
 //! order of tensor ops.
 //!
 //! Sharded (ZeRO stage 1, as `torch.distributed.optim.ZeroRedundancyOptimizer`):
-//! every parameter has an owner rank, each rank keeps moments only for the
+//! every parameter has an owner rank, each rank keeps state only for the
 //! parameters it owns and updates only those, then every rank receives each
 //! parameter from its owner, so all ranks end each step with the same values.
 

@@ -37,6 +37,16 @@ at::Tensor* below_autograd_unless(bool grad, F run) {
   return new at::Tensor(run());
 }
 
+// A Python number as the operand of a tensor op, as PyTorch's Python passes
+// it (a wrapped number): it takes no part in type promotion, so a bf16 or
+// fp16 op computes with it in float. Passed as a C++ Scalar instead, it is
+// first rounded to the tensor's dtype.
+at::Tensor number(double v) {
+  at::Tensor t = at::scalar_tensor(v, at::TensorOptions().dtype(at::kDouble));
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
 }  // namespace
 
 extern "C" {
@@ -67,13 +77,13 @@ char* enkai_shim_adam_step(at::Tensor* param, at::Tensor* grad, at::Tensor* exp_
     at::Tensor g = *grad;
     if (weight_decay != 0) g = g.add(*param, weight_decay);
     exp_avg->lerp_(g, lerp);
-    exp_avg_sq->mul_(beta2).addcmul_(g, g, sq_weight);
+    exp_avg_sq->mul_(number(beta2)).addcmul_(g, g, sq_weight);
     at::Tensor denom;
     if (max_exp_avg_sq != nullptr) {
       at::maximum_out(*max_exp_avg_sq, *max_exp_avg_sq, *exp_avg_sq);
-      denom = (max_exp_avg_sq->sqrt() / bc2_sqrt).add_(eps);
+      denom = (max_exp_avg_sq->sqrt() / number(bc2_sqrt)).add_(number(eps));
     } else {
-      denom = (exp_avg_sq->sqrt() / bc2_sqrt).add_(eps);
+      denom = (exp_avg_sq->sqrt() / number(bc2_sqrt)).add_(number(eps));
     }
     param->addcdiv_(*exp_avg, denom, -step_size);
   });
@@ -98,7 +108,7 @@ char* enkai_shim_sgd_step(at::Tensor* param, at::Tensor* grad, at::Tensor* buf, 
         b = fresh;
       } else {
         b = *buf;
-        b.mul_(momentum).add_(d, damp_weight);
+        b.mul_(number(momentum)).add_(d, damp_weight);
       }
       d = nesterov ? d.add(b, momentum) : b;
     }
