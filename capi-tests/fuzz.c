@@ -740,7 +740,7 @@ OP(optim) {
     const char *l = chance(50) ? handle_list(0, K_TENSOR) : live_tensor_list(0);
     double lr = chance(80) ? 1e-3 : dbl(), b1 = chance(85) ? 0.9 : dbl(), b2 = chance(85) ? 0.999 : dbl(),
            eps = chance(85) ? 1e-8 : dbl(), wd = chance(85) ? 0.01 : dbl();
-    switch (below(9)) {
+    switch (below(13)) {
     case 0: CALL(enkai_opt_adamw_create); logcall("adamw_create(%.60s, %g, %g, %g, %g, %g)", l ? l : "NULL", lr, b1, b2, eps, wd);
         {
             int64_t h = enkai_opt_adamw_create(l, lr, b1, b2, eps, wd);
@@ -775,6 +775,35 @@ OP(optim) {
             model_new(r);
             model_hold(r, one);
         } else if (r && r != st) fail("adamw_step returned state %" PRId64 ", not %" PRId64, r, st);
+        break;
+    }
+    case 9: {
+        double mom = chance(70) ? 0.9 : dbl(), damp = chance(80) ? 0.0 : dbl();
+        int nest = chance(80) ? (int)below(2) : (int)int_arg();
+        CALL(enkai_opt_sgd_create); logcall("sgd_create(%.60s, %g, %g, %g, %g, %d)", l ? l : "NULL", lr, mom, damp, wd, nest);
+        int64_t h = enkai_opt_sgd_create(l, lr, mom, damp, wd, nest);
+        t_new(h);
+        if (h) model_hold(h, l);
+        break;
+    }
+    case 10: {
+        int ams = chance(80) ? (int)below(2) : (int)int_arg();
+        CALL(enkai_opt_adam_create); logcall("adam_create(%.60s, %g, %g, %g, %g, %g, %d)", l ? l : "NULL", lr, b1, b2, eps, wd, ams);
+        int64_t h = enkai_opt_adam_create(l, lr, b1, b2, eps, wd, ams);
+        t_new(h);
+        if (h) model_hold(h, l);
+        break;
+    }
+    case 11: CALL(enkai_opt_step); logcall("opt_step(%" PRId64 ")", o); outcome(enkai_opt_step(o) != 0); break;
+    case 12: {
+        static const char *const specs[] = {"{\"kind\":\"step\",\"step_size\":3,\"gamma\":0.5}",
+            "{\"kind\":\"linear_warmup\",\"warmup_steps\":4,\"start_factor\":0.1}",
+            "{\"kind\":\"cosine\",\"warmup_steps\":2,\"total_steps\":10,\"min_lr\":0.0}", "{\"kind\":\"cosine\"}", "[1]", "", NULL};
+        const char *spec = specs[below(7)];
+        int64_t st = chance(80) ? below(20) : int_arg();
+        double out = 0.0;
+        CALL(enkai_lr_schedule); logcall("lr_schedule(%.60s, %" PRId64 ", %g)", spec ? spec : "NULL", st, lr);
+        outcome(enkai_lr_schedule(spec, st, lr, chance(90) ? &out : NULL) != 0);
         break;
     }
     default: {

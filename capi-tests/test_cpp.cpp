@@ -226,12 +226,37 @@ static void safetensors(const enkai::Device& cpu) {
   CHECK(enkai::live() == base);
 }
 
+// SGD and Adam through the base Optimizer's methods, with an lr schedule
+// applied by set_lr; refusals throw with their codes.
+static void optimizers(const enkai::Device& cpu) {
+  auto w = enkai::Tensor::full({3}, 2.0, "fp32", cpu).require_grad();
+  auto v = enkai::Tensor::full({3}, -1.0, "fp32", cpu).require_grad();
+  enkai::SGD sgd({w}, 0.1, /*momentum=*/0.9, /*dampening=*/0.0, /*weight_decay=*/0.0, /*nesterov=*/true);
+  enkai::Adam adam({v}, 0.05, 0.9, 0.999, 1e-8, 0.0, /*amsgrad=*/true);
+  const std::string spec = R"({"kind":"cosine","warmup_steps":2,"total_steps":20,"min_lr":0.001})";
+  CHECK(enkai::lr_schedule(spec, 0, 0.1) == 0.0);
+  for (int step = 0; step < 20; step++) {
+    sgd.set_lr(0, enkai::lr_schedule(spec, step, 0.1));
+    enkai::zero_grad({w, v});
+    ((w * w).sum() + (v * v).sum()).backward();
+    sgd.step();
+    adam.step();
+  }
+  CHECK((w * w).sum().item() < 0.5 * 12.0);
+  CHECK((v * v).sum().item() < 3.0);
+  CHECK_THROWS(enkai::SGD({w}, -1.0), E_INVALID_ARG);
+  CHECK_THROWS(enkai::SGD({w}, 0.1, 0.0, 0.0, 0.0, true), E_INVALID_ARG);
+  CHECK_THROWS(enkai::Adam({v}, 0.1, 1.0), E_INVALID_ARG);
+  CHECK_THROWS(enkai::lr_schedule("{}", 0, 0.1), E_INVALID_ARG);
+}
+
 int main() {
   const enkai::LiveCounts base = enkai::live();
   {
     enkai::Device cpu("cpu");
     semantics(cpu);
     train(cpu);
+    optimizers(cpu);
     safetensors(cpu);
   }
   CHECK(enkai::live() == base);

@@ -1085,20 +1085,93 @@ int64_t enkai_opt_adamw_create(const char *params,
                                double wd);
 
 /**
- * One AdamW step of every group, on each param's own `.grad` (params without
- * a grad are skipped). On a sharded optimizer (`enkai_opt_shard`) this is a
+ * A new SGD optimizer over the JSON handle list `params` (one param group),
+ * `torch.optim.SGD` semantics: `d = grad + weight_decay * param`; with
+ * `momentum` > 0 a momentum buffer (a clone of the first step's `d`, then
+ * `buf = momentum * buf + (1 - dampening) * d`), and `d = buf`, or with
+ * `nesterov` (1) `d = d + momentum * buf`; `param -= lr * d`. Buffers are in
+ * each param's dtype and device. Returns an optimizer handle owned by the
+ * caller (free with `enkai_tensor_opt_free`), or 0 with `E_NULL_POINTER`,
+ * `E_INVALID_ARG` (bad list, duplicate param, invalid hyperparameter in
+ * PyTorch's words, e.g. "Invalid learning rate: -1.0", or nesterov without
+ * momentum or with dampening; `nesterov` not 0 or 1), `E_HANDLE_*`.
+ *
+ * # Safety
+ * `params` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_opt_sgd_create(const char *params,
+                             double lr,
+                             double momentum,
+                             double dampening,
+                             double weight_decay,
+                             int nesterov);
+
+/**
+ * A new Adam optimizer over the JSON handle list `params` (one param group),
+ * `torch.optim.Adam` semantics (its single-tensor path): coupled L2 weight
+ * decay (`grad + weight_decay * param` feeds the moments), bias-corrected
+ * moments, eps added after the square root, and with `amsgrad` (1) the
+ * running max of the second moment as the denominator. Moments are in each
+ * param's dtype and device. Returns an optimizer handle owned by the caller
+ * (free with `enkai_tensor_opt_free`), or 0 with `E_NULL_POINTER`,
+ * `E_INVALID_ARG` (bad list, duplicate param, invalid hyperparameter in
+ * PyTorch's words; `amsgrad` not 0 or 1), `E_HANDLE_*`.
+ *
+ * # Safety
+ * `params` is NULL or a NUL-terminated string.
+ */
+int64_t enkai_opt_adam_create(const char *params,
+                              double lr,
+                              double b1,
+                              double b2,
+                              double eps,
+                              double weight_decay,
+                              int amsgrad);
+
+/**
+ * One step of every group of an optimizer of any kind (AdamW, Adam, SGD),
+ * on each param's own `.grad` (params without a grad are skipped, their
+ * state untouched). On a sharded optimizer (`enkai_opt_shard`) this is a
  * collective: each rank updates the params it owns, then every rank receives
- * each param from its owner. Returns 0, or 1 with `E_HANDLE_*`, `E_TORCH`,
- * and for a sharded optimizer the `E_DIST_*` codes of the group.
+ * each param from its owner. Returns 0, or 1 with `E_HANDLE_*`, `E_SHAPE` /
+ * `E_DTYPE` (a grad unlike its param), `E_TORCH`, and for a sharded
+ * optimizer the `E_DIST_*` codes of the group.
+ */
+int enkai_opt_step(int64_t opt);
+
+/**
+ * `enkai_opt_step` under its first name: steps an optimizer of any kind.
+ * Returns 0, or 1 with the codes of `enkai_opt_step`.
  */
 int enkai_opt_adamw_step(int64_t opt);
+
+/**
+ * The learning rate of schedule `spec` after `step` scheduler steps (0: the
+ * lr the schedule starts with) for an optimizer created with `base_lr`,
+ * written to `*out_lr`; the caller applies it with `enkai_opt_set_lr`.
+ * `spec` is a JSON object:
+ * `{"kind":"step","step_size":N,"gamma":g}` (`torch.optim.lr_scheduler.StepLR`),
+ * `{"kind":"linear_warmup","warmup_steps":W,"start_factor":f}` (`LinearLR(f, 1.0, W)`:
+ * from `f * base_lr` up to `base_lr` over W steps, then constant),
+ * `{"kind":"cosine","warmup_steps":W,"total_steps":T,"min_lr":m}` (transformers'
+ * `get_cosine_with_min_lr_schedule_with_warmup`: linear from 0 over W steps,
+ * then a half cosine from `base_lr` down to `m` at step T; like it, not
+ * clamped after T). Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`
+ * (bad JSON, unknown kind or field, out-of-range value, negative step or
+ * base_lr); `*out_lr` is written only on success.
+ *
+ * # Safety
+ * `spec` is NULL or a NUL-terminated string; `out_lr` NULL or valid for one write.
+ */
+int enkai_lr_schedule(const char *spec, int64_t step, double base_lr, double *out_lr);
 
 /**
  * Shards the optimizer over the ranks of the process group (ZeRO stage 1, as
  * `torch.distributed.optim.ZeroRedundancyOptimizer`): every param gets an
  * owner rank (largest params first, each to the rank owning the fewest bytes
- * so far, group after group), this rank keeps moments only for the params it
- * owns, and `enkai_opt_adamw_step` / `enkai_opt_param_group_step` update those
+ * so far, group after group), this rank keeps state (moments, momentum
+ * buffers) only for the params it owns, and `enkai_opt_step` /
+ * `enkai_opt_adamw_step` / `enkai_opt_param_group_step` update those
  * and then broadcast every param from its owner, so all ranks keep identical
  * params. Every rank must shard its optimizer over the same params. Groups
  * added later are partitioned the same way; `enkai_opt_set_lr` and GradScaler
@@ -1110,8 +1183,8 @@ int enkai_opt_adamw_step(int64_t opt);
 int enkai_opt_shard(int64_t opt);
 
 /**
- * The bytes of optimizer state (AdamW moments) this process holds for `opt`,
- * counted from the moment tensors that exist (about 1/world of the unsharded
+ * The bytes of optimizer state (moments, momentum buffers) this process holds
+ * for `opt`, counted from the state tensors that exist (about 1/world of the unsharded
  * figure on a sharded optimizer). Returns −1 with `E_HANDLE_*`.
  */
 int64_t enkai_opt_state_bytes(int64_t opt);
@@ -1123,7 +1196,7 @@ int enkai_opt_retain(int64_t opt);
 
 /**
  * Drops a reference to an optimizer (or AdamW state) handle; the last one
- * frees its moments and releases its params. Returns 0, or 1 with `E_HANDLE_*`.
+ * frees its state and releases its params. Returns 0, or 1 with `E_HANDLE_*`.
  */
 int enkai_tensor_opt_free(int64_t opt);
 
@@ -1145,7 +1218,8 @@ int64_t enkai_tensor_adamw_step(int64_t p,
  * Functional AdamW step of `params[i]` with `grads[i]` (JSON handle lists of
  * equal length; 0 grads are skipped). `state` as in `enkai_tensor_adamw_step`,
  * bound to this params list. Returns the state handle, or 0 with
- * `E_NULL_POINTER`, `E_INVALID_ARG` (lengths differ, other params), `E_HANDLE_*`, `E_TORCH`.
+ * `E_NULL_POINTER`, `E_INVALID_ARG` (lengths differ, other params, a state
+ * that is an SGD or Adam optimizer), `E_HANDLE_*`, `E_TORCH`.
  *
  * # Safety
  * `params` and `grads` are NULL or NUL-terminated strings.
@@ -1160,13 +1234,18 @@ int64_t enkai_tensor_adamw_step_multi(const char *params,
                                       double wd);
 
 /**
- * Adds a param group with its own `lr` and weight decay (betas and eps of the
- * first group). Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*`.
+ * Adds a param group with its own `lr` and weight decay; the other
+ * hyperparameters are the optimizer's (its first group's), as
+ * `add_param_group` fills in PyTorch's defaults: betas, eps and amsgrad
+ * (AdamW, Adam), momentum, dampening and nesterov (SGD). Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG`, `E_HANDLE_*`.
  *
  * # Safety
  * `params` is NULL or a NUL-terminated string.
  */
-int enkai_opt_add_param_group(int64_t opt, const char *params, double lr, double wd);
+int enkai_opt_add_param_group(int64_t opt,
+                              const char *params,
+                              double lr,
+                              double wd);
 
 /**
  * Sets the learning rate of param group `group` (0-based), for schedules.
@@ -1175,7 +1254,7 @@ int enkai_opt_add_param_group(int64_t opt, const char *params, double lr, double
 int enkai_opt_set_lr(int64_t opt, int64_t group, double lr);
 
 /**
- * One AdamW step of param group `group` only. Returns 0, or 1 with
+ * One step of param group `group` only (any kind of optimizer). Returns 0, or 1 with
  * `E_INVALID_ARG`, `E_HANDLE_*`, `E_TORCH`.
  */
 int enkai_opt_param_group_step(int64_t opt, int64_t group);

@@ -422,13 +422,34 @@ inline double clip_grad_norm(const Tensors& params, double max_norm, double norm
   return total;
 }
 
+/// An optimizer handle of any kind (AdamW, Adam, SGD): param groups, lr
+/// schedules (set_lr), stepping. The kinds below construct it.
+class Optimizer : public detail::Handle<enkai_opt_retain, enkai_tensor_opt_free> {
+ public:
+  Optimizer() noexcept = default;
+  /// Takes ownership of an optimizer handle returned by a C function
+  /// (e.g. enkai_checkpoint_load's).
+  static Optimizer adopt(int64_t h) { return Optimizer(detail::check(h)); }
+  void step() const { detail::check_status(enkai_opt_step(h_)); }
+  /// Adds a group with its own lr and weight decay; the other
+  /// hyperparameters are the optimizer's.
+  void add_param_group(const Tensors& params, double lr, double weight_decay) const {
+    detail::check_status(enkai_opt_add_param_group(h_, detail::handle_list(params).c_str(), lr, weight_decay));
+  }
+  void set_lr(int64_t group, double lr) const { detail::check_status(enkai_opt_set_lr(h_, group, lr)); }
+  void step_group(int64_t group) const { detail::check_status(enkai_opt_param_group_step(h_, group)); }
+
+ protected:
+  explicit Optimizer(int64_t h) noexcept : Handle(h) {}
+};
+
 /// torch.optim.AdamW over `params` (group 0; add more with add_param_group).
-class AdamW : public detail::Handle<enkai_opt_retain, enkai_tensor_opt_free> {
+class AdamW : public Optimizer {
  public:
   AdamW() noexcept = default;
   explicit AdamW(const Tensors& params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
                  double eps = 1e-8, double weight_decay = 1e-2)
-      : Handle(detail::check(
+      : Optimizer(detail::check(
             enkai_opt_adamw_create(detail::handle_list(params).c_str(), lr, beta1, beta2, eps, weight_decay))) {}
   static AdamW adopt(int64_t h) {
     AdamW o;
@@ -436,12 +457,35 @@ class AdamW : public detail::Handle<enkai_opt_retain, enkai_tensor_opt_free> {
     return o;
   }
   void step() const { detail::check_status(enkai_opt_adamw_step(h_)); }
-  void add_param_group(const Tensors& params, double lr, double weight_decay) const {
-    detail::check_status(enkai_opt_add_param_group(h_, detail::handle_list(params).c_str(), lr, weight_decay));
-  }
-  void set_lr(int64_t group, double lr) const { detail::check_status(enkai_opt_set_lr(h_, group, lr)); }
-  void step_group(int64_t group) const { detail::check_status(enkai_opt_param_group_step(h_, group)); }
 };
+
+/// torch.optim.Adam over `params` (coupled L2 weight decay, amsgrad).
+class Adam : public Optimizer {
+ public:
+  Adam() noexcept = default;
+  explicit Adam(const Tensors& params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+                double eps = 1e-8, double weight_decay = 0.0, bool amsgrad = false)
+      : Optimizer(detail::check(enkai_opt_adam_create(detail::handle_list(params).c_str(), lr, beta1, beta2, eps,
+                                                      weight_decay, amsgrad ? 1 : 0))) {}
+};
+
+/// torch.optim.SGD over `params` (momentum, dampening, nesterov, weight decay).
+class SGD : public Optimizer {
+ public:
+  SGD() noexcept = default;
+  explicit SGD(const Tensors& params, double lr = 1e-3, double momentum = 0.0, double dampening = 0.0,
+               double weight_decay = 0.0, bool nesterov = false)
+      : Optimizer(detail::check(enkai_opt_sgd_create(detail::handle_list(params).c_str(), lr, momentum, dampening,
+                                                     weight_decay, nesterov ? 1 : 0))) {}
+};
+
+/// The lr of the schedule `spec` (JSON, see enkai_lr_schedule) after `step`
+/// scheduler steps, for an optimizer created with `base_lr`; apply it with set_lr.
+inline double lr_schedule(const std::string& spec, int64_t step, double base_lr) {
+  double lr = 0;
+  detail::check_status(enkai_lr_schedule(spec.c_str(), step, base_lr, &lr));
+  return lr;
+}
 
 /// torch.amp.GradScaler's rules over a scaler handle.
 class GradScaler : public detail::Handle<enkai_amp_scaler_retain, enkai_amp_scaler_free> {
@@ -463,7 +507,7 @@ class GradScaler : public detail::Handle<enkai_amp_scaler_retain, enkai_amp_scal
   double get_scale() const { return detail::check_value(enkai_amp_scaler_get_scale(h_)); }
   /// Scaled backward, unscale, step unless a grad is not finite, update.
   /// Returns false when the step was skipped.
-  bool step(const Tensor& loss, const Tensors& params, const AdamW& opt) const {
+  bool step(const Tensor& loss, const Tensors& params, const Optimizer& opt) const {
     int rc = enkai_amp_step(loss.handle(), h_, detail::handle_list(params).c_str(), opt.handle());
     if (rc == 1) detail::throw_last_error();
     return rc == 0;

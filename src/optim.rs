@@ -1,12 +1,15 @@
-//! AdamW with parameter groups, `torch.optim.AdamW` semantics: decoupled
-//! weight decay `lr * wd`, bias correction, eps added after the square root,
-//! moments in the parameter's dtype and device, parameters without a grad
-//! skipped. The step's scalars are computed once here (`AdamwStep`); each
-//! backend applies them with its own kernels (libtorch's through the shim,
-//! the native backend's in Rust), in PyTorch's order of tensor ops.
+//! Optimizers with parameter groups, as PyTorch's: AdamW (`torch.optim.AdamW`:
+//! decoupled weight decay `lr * wd`, bias correction, eps added after the
+//! square root), Adam (`torch.optim.Adam`: coupled L2 weight decay, amsgrad)
+//! and SGD (`torch.optim.SGD`: momentum, dampening, nesterov, coupled weight
+//! decay). State in the parameter's dtype and device, parameters without a
+//! grad skipped. The step's scalars are computed once here (`AdamwStep`,
+//! `AdamStep`, `SgdStep`); each backend applies them with its own kernels
+//! (libtorch's through the shim, the native backend's in Rust), in PyTorch's
+//! order of tensor ops.
 //!
 //! Sharded (ZeRO stage 1, as `torch.distributed.optim.ZeroRedundancyOptimizer`):
-//! every parameter has an owner rank, each rank keeps moments only for the
+//! every parameter has an owner rank, each rank keeps state only for the
 //! parameters it owns and updates only those, then every rank receives each
 //! parameter from its owner, so all ranks end each step with the same values.
 
@@ -16,24 +19,83 @@ use crate::backend::imp::{self, Raw};
 use crate::error::Result;
 use crate::json;
 use crate::registry::{OPTIMIZERS, TENSORS};
-pub use crate::vocab::optim::{AdamwStep, Hyper};
+pub use crate::vocab::optim::{AdamHyper, AdamStep, AdamwStep, Hyper, SgdHyper, SgdStep};
 
-struct Moments {
-    exp_avg: Raw,
-    exp_avg_sq: Raw,
+/// A param group's hyperparameters, which also say the optimizer's kind
+/// (every group of an optimizer has the same kind).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Hypers {
+    AdamW(Hyper),
+    Adam(AdamHyper),
+    Sgd(SgdHyper),
+}
+
+impl Hypers {
+    /// The kind's name, as checkpoints record it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Hypers::AdamW(_) => "adamw",
+            Hypers::Adam(_) => "adam",
+            Hypers::Sgd(_) => "sgd",
+        }
+    }
+
+    pub fn validate(self) -> Result<Hypers> {
+        Ok(match self {
+            Hypers::AdamW(h) => Hypers::AdamW(h.validate()?),
+            Hypers::Adam(h) => Hypers::Adam(h.validate()?),
+            Hypers::Sgd(h) => Hypers::Sgd(h.validate()?),
+        })
+    }
+
+    fn with_lr(self, lr: f64) -> Hypers {
+        match self {
+            Hypers::AdamW(h) => Hypers::AdamW(Hyper { lr, ..h }),
+            Hypers::Adam(h) => Hypers::Adam(AdamHyper { lr, ..h }),
+            Hypers::Sgd(h) => Hypers::Sgd(SgdHyper { lr, ..h }),
+        }
+    }
+
+    /// A group added with its own lr and weight decay, the rest inherited
+    /// (`add_param_group` filling in the optimizer's defaults).
+    fn with_lr_wd(self, lr: f64, weight_decay: f64) -> Hypers {
+        match self {
+            Hypers::AdamW(h) => Hypers::AdamW(Hyper { lr, weight_decay, ..h }),
+            Hypers::Adam(h) => Hypers::Adam(AdamHyper { lr, weight_decay, ..h }),
+            Hypers::Sgd(h) => Hypers::Sgd(SgdHyper { lr, weight_decay, ..h }),
+        }
+    }
+
+    /// The names (PyTorch's state keys) of the tensors a stepped param of
+    /// this group holds, in `State::tensors`' order. SGD without momentum has
+    /// none (PyTorch's `momentum_buffer` stays `None`).
+    pub fn state_names(&self) -> &'static [&'static str] {
+        match self {
+            Hypers::AdamW(_) | Hypers::Adam(AdamHyper { amsgrad: false, .. }) => &["exp_avg", "exp_avg_sq"],
+            Hypers::Adam(AdamHyper { amsgrad: true, .. }) => &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"],
+            Hypers::Sgd(h) if h.momentum != 0.0 => &["momentum_buffer"],
+            Hypers::Sgd(_) => &[],
+        }
+    }
+}
+
+/// A stepped param's state: its step count and the tensors its group's
+/// `Hypers::state_names` lists, in that order.
+struct State {
+    tensors: Vec<Raw>,
     step: u64,
 }
 
 struct Param {
     /// A retained tensor handle, released when the optimizer is freed.
     handle: i64,
-    state: Option<Moments>,
+    state: Option<State>,
     /// The rank that updates it when the optimizer is sharded.
     owner: i64,
 }
 
 struct Group {
-    hyper: Hyper,
+    hyper: Hypers,
     params: Vec<Param>,
 }
 
@@ -118,7 +180,7 @@ fn retain_params(list: &str, existing: &[Group]) -> Result<Vec<Param>> {
     Ok(hs.into_iter().map(|handle| Param { handle, state: None, owner: 0 }).collect())
 }
 
-pub fn create(params: &str, hyper: Hyper) -> Result<i64> {
+pub fn create(params: &str, hyper: Hypers) -> Result<i64> {
     let hyper = hyper.validate()?;
     let params = retain_params(params, &[])?;
     // If registering fails, dropping the optimizer releases the params again.
@@ -145,27 +207,47 @@ fn group_mut(groups: &mut [Group], i: i64) -> Result<&mut Group> {
     Ok(&mut groups[i])
 }
 
-/// One AdamW update of `param` with `grad`, creating its moments on first use.
-/// The grad must match the param in shape and dtype, as PyTorch requires of
-/// `param.grad`; checked here so that every backend refuses alike.
-fn update(param: &Raw, grad: &Raw, state: &mut Option<Moments>, h: Hyper) -> Result<()> {
+/// One update of `param` with `grad`, creating its state on first use (Adam's
+/// moments as zeros, SGD's momentum buffer as the kernel's clone of the
+/// first step's direction). The grad must match the param in shape and
+/// dtype, as PyTorch requires of `param.grad`; checked here so that every
+/// backend refuses alike.
+fn update(param: &Raw, grad: &Raw, state: &mut Option<State>, h: Hypers) -> Result<()> {
+    let kind = h.kind();
     let (ps, gs) = (imp::shape(param), imp::shape(grad));
     if ps != gs {
-        crate::bail!(E_SHAPE, "adamw: grad of shape {} for a param of shape {}", json::write_int_list(&gs), json::write_int_list(&ps));
+        crate::bail!(E_SHAPE, "{kind}: grad of shape {} for a param of shape {}", json::write_int_list(&gs), json::write_int_list(&ps));
     }
     let (pd, gd) = (imp::dtype(param)?, imp::dtype(grad)?);
     if pd != gd {
-        crate::bail!(E_DTYPE, "adamw: grad of dtype {} for a param of dtype {}", gd.name(), pd.name());
+        crate::bail!(E_DTYPE, "{kind}: grad of dtype {} for a param of dtype {}", gd.name(), pd.name());
     }
     if !pd.is_float() {
-        crate::bail!(E_DTYPE, "adamw: params must be floating, got {}", pd.name());
+        crate::bail!(E_DTYPE, "{kind}: params must be floating, got {}", pd.name());
     }
-    let m = match state {
-        Some(m) => m,
-        None => state.insert(Moments { exp_avg: imp::zeros_like(param)?, exp_avg_sq: imp::zeros_like(param)?, step: 0 }),
+    if let Hypers::Sgd(h) = h {
+        let buf = state.as_ref().and_then(|s| s.tensors.first());
+        let made = imp::sgd_step(param, grad, buf, &SgdStep::new(h))?;
+        match state {
+            Some(s) => s.step += 1,
+            None => *state = Some(State { tensors: made.into_iter().collect(), step: 1 }),
+        }
+        return Ok(());
+    }
+    let s = match state {
+        Some(s) => s,
+        None => {
+            let tensors = h.state_names().iter().map(|_| imp::zeros_like(param)).collect::<Result<Vec<_>>>()?;
+            state.insert(State { tensors, step: 0 })
+        }
     };
-    m.step += 1;
-    imp::adamw_step(param, grad, &m.exp_avg, &m.exp_avg_sq, &AdamwStep::new(h, m.step as f64))
+    s.step += 1;
+    let t = &s.tensors;
+    match h {
+        Hypers::AdamW(h) => imp::adamw_step(param, grad, &t[0], &t[1], &AdamwStep::new(h, s.step as f64)),
+        Hypers::Adam(h) => imp::adam_step(param, grad, &t[0], &t[1], t.get(2), &AdamStep::new(h, s.step as f64)),
+        Hypers::Sgd(_) => unreachable!("stepped above"),
+    }
 }
 
 /// Steps every param of `group` that has a `.grad` (of a sharded optimizer,
@@ -215,7 +297,7 @@ pub fn group_step(opt: i64, group: i64) -> Result<()> {
 pub fn add_group(opt: i64, params: &str, lr: f64, weight_decay: f64) -> Result<()> {
     with_inner(opt, |inner| {
         let base = inner.groups.first().map(|g| g.hyper).expect("an optimizer has a group");
-        let hyper = Hyper { lr, weight_decay, ..base }.validate()?;
+        let hyper = base.with_lr_wd(lr, weight_decay).validate()?;
         let mut params = retain_params(params, &inner.groups)?;
         if let Some(shard) = &mut inner.shard {
             if let Err(e) = assign(&mut params, shard) {
@@ -230,7 +312,7 @@ pub fn add_group(opt: i64, params: &str, lr: f64, weight_decay: f64) -> Result<(
 
 /// Shards the optimizer over the process group's ranks (ZeRO stage 1): each
 /// parameter gets an owner by the partition of `ZeroRedundancyOptimizer`, and
-/// this rank drops the moments of the parameters it does not own.
+/// this rank drops the state of the parameters it does not own.
 pub fn shard(opt: i64) -> Result<Shard> {
     let (rank, world) = crate::dist::rank_and_world()?;
     with_inner(opt, |inner| {
@@ -246,12 +328,12 @@ pub fn shard(opt: i64) -> Result<Shard> {
     })
 }
 
-/// The bytes of optimizer state (moments) this rank holds, counted from the tensors that exist.
+/// The bytes of optimizer state (moments, momentum buffers) this rank holds, counted from the tensors that exist.
 pub fn state_bytes(opt: i64) -> Result<i64> {
     with_groups(opt, |groups| {
         let mut total = 0usize;
-        for m in groups.iter().flat_map(|g| &g.params).filter_map(|p| p.state.as_ref()) {
-            for t in [&m.exp_avg, &m.exp_avg_sq] {
+        for s in groups.iter().flat_map(|g| &g.params).filter_map(|p| p.state.as_ref()) {
+            for t in &s.tensors {
                 total += crate::tensor::numel_of(&imp::shape(t))? * imp::dtype(t)?.size();
             }
         }
@@ -262,7 +344,7 @@ pub fn state_bytes(opt: i64) -> Result<i64> {
 pub fn set_lr(opt: i64, group: i64, lr: f64) -> Result<()> {
     with_groups(opt, |groups| {
         let g = group_mut(groups, group)?;
-        g.hyper = Hyper { lr, ..g.hyper }.validate()?;
+        g.hyper = g.hyper.with_lr(lr).validate()?;
         Ok(())
     })
 }
@@ -271,7 +353,7 @@ pub fn set_lr(opt: i64, group: i64, lr: f64) -> Result<()> {
 /// using the hyperparameters of this call. `state == 0` creates the state,
 /// bound to these params; the same handle comes back.
 pub fn step_multi(params: &str, grads: &str, state: i64, hyper: Hyper) -> Result<i64> {
-    let hyper = hyper.validate()?;
+    let hyper = Hypers::AdamW(hyper.validate()?);
     let (ps, gs) = (json::handle_list(params)?, json::handle_list(grads)?);
     if ps.len() != gs.len() {
         crate::bail!(E_INVALID_ARG, "adamw_step: {} params but {} grads", ps.len(), gs.len());
@@ -284,6 +366,9 @@ pub fn step_multi(params: &str, grads: &str, state: i64, hyper: Hyper) -> Result
     };
     let result = with_groups(state, |groups| {
         let group = &mut groups[0];
+        if !matches!(group.hyper, Hypers::AdamW(_)) {
+            crate::bail!(E_INVALID_ARG, "adamw_step: handle {state} is an optimizer of kind {}, not an AdamW state", group.hyper.kind());
+        }
         let bound: Vec<i64> = group.params.iter().map(|p| p.handle).collect();
         if bound != ps {
             crate::bail!(E_INVALID_ARG, "adamw_step: state {state} was created for params {} , not {}", json::write_int_list(&bound), json::write_int_list(&ps));
@@ -304,10 +389,11 @@ pub fn step_multi(params: &str, grads: &str, state: i64, hyper: Hyper) -> Result
 }
 
 /// An optimizer's state for a checkpoint: groups as indices into the saved
-/// params list, and per-param moments (shallow copies) with their step.
+/// params list, and per-param state with its step: each tensor (a shallow
+/// copy) by its name in `Hypers::state_names`.
 pub struct Export {
-    pub groups: Vec<(Hyper, Vec<usize>)>,
-    pub states: Vec<(usize, u64, Raw, Raw)>,
+    pub groups: Vec<(Hypers, Vec<usize>)>,
+    pub states: Vec<(usize, u64, Vec<(&'static str, Raw)>)>,
     /// For a sharded optimizer: the world and each saved param's owner (−1: not in the optimizer).
     pub shard: Option<(i64, Vec<i64>)>,
 }
@@ -326,8 +412,9 @@ pub fn export(opt: i64, saved: &[i64]) -> Result<Export> {
                 if let Some((_, owners)) = &mut out.shard {
                     owners[i] = p.owner;
                 }
-                if let Some(m) = &p.state {
-                    out.states.push((i, m.step, imp::shallow(&m.exp_avg), imp::shallow(&m.exp_avg_sq)));
+                if let Some(s) = &p.state {
+                    let named = g.hyper.state_names().iter().zip(&s.tensors).map(|(n, t)| (*n, imp::shallow(t))).collect();
+                    out.states.push((i, s.step, named));
                 }
             }
             out.groups.push((g.hyper, idx));
@@ -345,23 +432,28 @@ pub enum ImportShard {
     Fresh { world: i64, rank: i64 },
 }
 
-/// Rebuilds an optimizer over `handles` (retained) from a checkpoint's state.
-pub fn import(groups: Vec<(Hyper, Vec<i64>)>, mut states: Vec<(i64, u64, Raw, Raw)>, sharding: ImportShard) -> Result<i64> {
-    let mut built = Vec::with_capacity(groups.len());
+/// Rebuilds an optimizer over `handles` (retained) from a checkpoint's
+/// state: per param, its step and the tensors its group's
+/// `Hypers::state_names` lists, in that order.
+pub fn import(groups: Vec<(Hypers, Vec<i64>)>, mut states: Vec<(i64, u64, Vec<Raw>)>, sharding: ImportShard) -> Result<i64> {
+    // Dropping `opt` (on any error below) releases every param retained so far.
+    let mut opt = Optimizer { inner: Mutex::new(Inner { groups: Vec::with_capacity(groups.len()), shard: None }) };
+    let inner = opt.inner.get_mut().unwrap_or_else(|p| p.into_inner());
     for (hyper, hs) in groups {
-        let list = json::write_int_list(&hs);
-        let mut params = retain_params(&list, &built)?;
-        for p in &mut params {
+        let params = retain_params(&json::write_int_list(&hs), &inner.groups)?;
+        inner.groups.push(Group { hyper, params });
+        let hyper = hyper.validate()?;
+        let names = hyper.state_names();
+        for p in &mut inner.groups.last_mut().expect("just pushed").params {
             if let Some(k) = states.iter().position(|s| s.0 == p.handle) {
-                let (_, step, exp_avg, exp_avg_sq) = states.swap_remove(k);
-                p.state = Some(Moments { exp_avg, exp_avg_sq, step });
+                let (_, step, tensors) = states.swap_remove(k);
+                if tensors.len() != names.len() {
+                    crate::bail!(E_CKPT_FORMAT, "param {} has {} state tensors, a {} group needs {names:?}", p.handle, tensors.len(), hyper.kind());
+                }
+                p.state = Some(State { tensors, step });
             }
         }
-        built.push(Group { hyper: hyper.validate()?, params });
     }
-    // From here on, dropping `opt` releases every retained param.
-    let mut opt = Optimizer { inner: Mutex::new(Inner { groups: built, shard: None }) };
-    let inner = opt.inner.get_mut().unwrap_or_else(|p| p.into_inner());
     match sharding {
         ImportShard::None => {}
         ImportShard::Saved { world, rank, owners } => {

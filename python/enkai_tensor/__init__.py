@@ -29,7 +29,8 @@ __all__ = [
     "live", "concat", "matmul", "softmax", "masked_softmax", "masked_softmax_backward", "layernorm",
     "layernorm_backward", "embedding", "linear", "cross_entropy", "dropout", "grad_multi",
     "zero_grad_multi", "check_finite_multi", "scale_grads_multi", "clip_grad_norm_multi",
-    "AdamW", "adamw_step_multi", "GradScaler", "autocast", "tinylm_init", "forward_tinylm", "lm_init", "forward_lm", "lm_logits",
+    "Optimizer", "AdamW", "Adam", "SGD", "lr_schedule", "adamw_step_multi", "GradScaler", "autocast", "tinylm_init",
+    "forward_tinylm", "lm_init", "forward_lm", "lm_logits",
     "checkpoint_save", "checkpoint_load", "checkpoint_load_scaler", "checkpoint_save_ranked", "checkpoint_load_ranked",
     "checkpoint_load_ranked_scaler", "op", "op_schema",
 ]
@@ -933,25 +934,21 @@ def clip_grad_norm_multi(grads: Sequence[Optional[Tensor]], max_norm: float, nor
     return total.value
 
 
-class AdamW:
-    """An optimizer handle: `torch.optim.AdamW` over `params` (one group to start)."""
-
-    def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
-        self.handle = _check_handle(lib.enkai_opt_adamw_create(_handles_json(params), lr, betas[0], betas[1], eps,
-                                                                weight_decay))
+class Optimizer:
+    """An optimizer handle of any kind (AdamW, Adam, SGD): what `checkpoint_load`
+    returns, and the methods every kind shares."""
 
     @classmethod
-    def adopt(cls, handle: int) -> "AdamW":
+    def adopt(cls, handle: int) -> "Optimizer":
         """Takes ownership of an optimizer handle returned by a C function."""
         self = cls.__new__(cls)
         self.handle = _check_handle(handle)
         return self
 
     def step(self) -> None:
-        _check_status(lib.enkai_opt_adamw_step(self.handle))
+        _check_status(lib.enkai_opt_step(self.handle))
 
-    def shard(self) -> "AdamW":
+    def shard(self) -> "Optimizer":
         """ZeRO stage 1 over the process group (see enkai_opt_shard)."""
         _check_status(lib.enkai_opt_shard(self.handle))
         return self
@@ -978,6 +975,46 @@ class AdamW:
             _check_status(lib.enkai_tensor_opt_free(h))
 
     __del__ = free
+
+
+class AdamW(Optimizer):
+    """An optimizer handle: `torch.optim.AdamW` over `params` (one group to start)."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
+        self.handle = _check_handle(lib.enkai_opt_adamw_create(_handles_json(params), lr, betas[0], betas[1], eps,
+                                                                weight_decay))
+
+    def step(self) -> None:
+        _check_status(lib.enkai_opt_adamw_step(self.handle))
+
+
+class Adam(Optimizer):
+    """An optimizer handle: `torch.optim.Adam` over `params` (one group to start):
+    coupled L2 weight decay, `amsgrad`."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False) -> None:
+        self.handle = _check_handle(lib.enkai_opt_adam_create(_handles_json(params), lr, betas[0], betas[1], eps,
+                                                               weight_decay, int(amsgrad)))
+
+
+class SGD(Optimizer):
+    """An optimizer handle: `torch.optim.SGD` over `params` (one group to start)."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
+        self.handle = _check_handle(lib.enkai_opt_sgd_create(_handles_json(params), lr, momentum, dampening,
+                                                              weight_decay, int(nesterov)))
+
+
+def lr_schedule(spec: Union[str, Dict[str, Any]], step: int, base_lr: float) -> float:
+    """The lr of schedule `spec` (a dict or its JSON, see enkai_lr_schedule) after
+    `step` scheduler steps, for an optimizer created with `base_lr`."""
+    text = spec if isinstance(spec, str) else json.dumps(spec)
+    out = ctypes.c_double()
+    _check_status(lib.enkai_lr_schedule(text.encode(), step, base_lr, ctypes.byref(out)))
+    return out.value
 
 
 def adamw_step_multi(params: Sequence[Tensor], grads: Sequence[Optional[Tensor]], state: Optional[AdamW] = None,
@@ -1015,7 +1052,7 @@ class GradScaler:
             _raise()
         return v
 
-    def step(self, loss: Tensor, params: Sequence[Tensor], opt: AdamW) -> bool:
+    def step(self, loss: Tensor, params: Sequence[Tensor], opt: Optimizer) -> bool:
         """Scaled backward + step; returns False when the step was skipped for an inf."""
         rc = lib.enkai_amp_step(loss.handle, self.handle, _handles_json(params), opt.handle)
         if rc == 1:
@@ -1082,14 +1119,14 @@ def lm_logits(params: Sequence[Tensor], spec: Spec, inputs: Sequence[int], batch
     return _wrap(lib.enkai_tensor_lm_logits(_handles_json(params), _enc(spec), _u32(inputs), len(inputs), batch, seq))
 
 
-Loaded = Tuple[List[Tensor], Optional[AdamW], bytes]
+Loaded = Tuple[List[Tensor], Optional[Optimizer], bytes]
 
 
 def _path(p: PathLike) -> bytes:
     return os.fsencode(p)
 
 
-def checkpoint_save(dir: PathLike, params: Sequence[Tensor], opt: Optional[AdamW] = None,
+def checkpoint_save(dir: PathLike, params: Sequence[Tensor], opt: Optional[Optimizer] = None,
                     meta: Union[str, bytes] = "{}", scaler: Optional[GradScaler] = None) -> None:
     meta = _enc(meta)
     if scaler is None:
@@ -1108,7 +1145,7 @@ def _load_outputs(fn: Callable[..., int], *args: Any) -> Loaded:
     finally:
         lib.enkai_tensor_string_free(p)
         lib.enkai_tensor_string_free(m)
-    return [_wrap(h) for h in hs], (AdamW.adopt(o.value) if o.value else None), meta
+    return [_wrap(h) for h in hs], (Optimizer.adopt(o.value) if o.value else None), meta
 
 
 def checkpoint_load(dir: PathLike) -> Loaded:
@@ -1122,7 +1159,7 @@ def checkpoint_load_scaler(dir: PathLike) -> GradScaler:
     return s
 
 
-def checkpoint_save_ranked(dir: PathLike, rank: int, world: int, params: Sequence[Tensor], opt: Optional[AdamW] = None,
+def checkpoint_save_ranked(dir: PathLike, rank: int, world: int, params: Sequence[Tensor], opt: Optional[Optimizer] = None,
                            meta: Union[str, bytes] = "{}", scaler: Optional[GradScaler] = None) -> None:
     if scaler is None:
         _check_status(lib.enkai_checkpoint_save_ranked(_path(dir), rank, world, _handles_json(params),

@@ -1,7 +1,8 @@
 """Optimizer-state sharding (ZeRO stage 1): a sharded AdamW over 2 and 4 ranks
-gives the parameters of the unsharded one, and of PyTorch's
-ZeroRedundancyOptimizer (gloo), from the same weights and gradients, while
-each rank holds about 1/world of the optimizer state (zero_worker.py)."""
+(and SGD and Adam over 2) gives the parameters of the unsharded one, and of
+PyTorch's ZeroRedundancyOptimizer (gloo), from the same weights and
+gradients, while each rank holds about 1/world of the optimizer state
+(zero_worker.py)."""
 
 import json
 import sys
@@ -22,9 +23,9 @@ def run(mode, world, tmp_path, **env):
     return [torch.load(tmp_path / f"{mode}-{r}.pt") for r in range(world)]
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_sharded_adamw_equals_unsharded_and_zero_redundancy_optimizer(world, tmp_path):
-    sharded, plain, zro = (run(m, world, tmp_path) for m in ["sharded", "plain", "zro"])
+@pytest.mark.parametrize("world,kind", [(2, "adamw"), (4, "adamw"), (2, "sgd"), (2, "adam")])
+def test_sharded_adamw_equals_unsharded_and_zero_redundancy_optimizer(world, kind, tmp_path):
+    sharded, plain, zro = (run(m, world, tmp_path, OPT=kind) for m in ["sharded", "plain", "zro"])
     # Each parameter is updated by one rank with the same per-tensor AdamW ops
     # as unsharded (and as torch.optim.AdamW(foreach=False) inside the
     # ZeroRedundancyOptimizer), then copied bit for bit by a broadcast: no
@@ -51,18 +52,19 @@ def test_grad_scaler_skips_every_rank_together_on_a_sharded_optimizer(tmp_path):
             assert torch.equal(a, b), (r, i)
 
 
-@pytest.mark.parametrize("saved,loaded", [(2, 2), (4, 2), (2, 4)])
-def test_sharded_checkpoints_restore_and_reshard(saved, loaded, tmp_path):
+@pytest.mark.parametrize("saved,loaded,kind", [(2, 2, "adamw"), (4, 2, "adamw"), (2, 4, "adamw"), (2, 4, "sgd"),
+                                               (4, 2, "adam")])
+def test_sharded_checkpoints_restore_and_reshard(saved, loaded, kind, tmp_path):
     ckpt = tmp_path / "ckpt"
-    run("first", saved, tmp_path, CKPT_DIR=ckpt)
+    run("first", saved, tmp_path, CKPT_DIR=ckpt, OPT=kind)
     manifest = json.loads((ckpt / "latest" / "manifest.json").read_text())
     assert manifest["partition"]["world"] == saved and len(manifest["partition"]["owners"]) == 30
     assert set(manifest["partition"]["owners"]) == set(range(saved))
     # the params, alike on every rank, were written once in pieces; each rank's moments are its own
     assert manifest["format"] == 2 and len(manifest["replicated"]["pieces"]) == saved
     assert {t["file"] for t in manifest["replicated"]["tensors"]} == {"params.safetensors"}
-    second = run("second", loaded, tmp_path, CKPT_DIR=ckpt)
-    straight = run("sharded", 2, tmp_path)
+    second = run("second", loaded, tmp_path, CKPT_DIR=ckpt, OPT=kind)
+    straight = run("sharded", 2, tmp_path, OPT=kind)
     # Moments are restored bit for bit (re-partitioned when the world changes) and
     # the update of each param does not depend on which rank runs it, so the
     # resumed run equals the uninterrupted one exactly.

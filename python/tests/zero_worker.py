@@ -9,7 +9,9 @@ step (so every rank has the same gradients), group 1's lr changed after step 3.
     python zero_worker.py second OUT    a ranked load from CKPT_DIR (any world size), steps 3-5
 
 OUT ({rank} becomes the rank) gets the final parameters and the optimizer-state
-bytes this rank held (torch.save of a dict).
+bytes this rank held (torch.save of a dict). OPT=sgd or OPT=adam runs SGD
+(momentum, nesterov, weight decay) or Adam (amsgrad, weight decay) instead of
+AdamW, on both sides.
 """
 
 import os
@@ -26,6 +28,11 @@ SPEC = {"vocab_size": 32, "seq_len": 16, "d_model": 32, "n_layers": 2, "n_heads"
 STEPS, BATCH, SEED = 6, 4, 5
 LR, WD, BETAS, EPS = 1e-2, 0.01, (0.9, 0.95), 1e-8
 WORLD, RANK = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+KIND = os.environ.get("OPT", "adamw")
+# Each kind's hyperparameters, as keyword arguments of both libraries' constructors.
+HYPER = {"adamw": dict(lr=LR, betas=BETAS, eps=EPS, weight_decay=WD),
+         "adam": dict(lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, amsgrad=True),
+         "sgd": dict(lr=LR, momentum=0.9, weight_decay=WD, nesterov=True)}[KIND]
 
 
 def batch(step):
@@ -52,7 +59,7 @@ def ours(sharded, phase="all"):
     else:
         params = et.lm_init(SPEC, seed=SEED)
         g0, g1 = split(params)
-        opt = et.AdamW(g0, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+        opt = {"adamw": et.AdamW, "adam": et.Adam, "sgd": et.SGD}[KIND](g0, **HYPER)
         opt.add_param_group(g1, LR / 2, 0.1)
         if sharded:
             opt.shard()
@@ -90,8 +97,8 @@ def zro():
     params = ref.init(SPEC, SEED)
     g0, g1 = split(params)
     opt = ZeroRedundancyOptimizer([{"params": g0}, {"params": g1, "lr": LR / 2, "weight_decay": 0.1}],
-                                  optimizer_class=torch.optim.AdamW, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD,
-                                  foreach=False)
+                                  optimizer_class={"adamw": torch.optim.AdamW, "adam": torch.optim.Adam,
+                                                   "sgd": torch.optim.SGD}[KIND], foreach=False, **HYPER)
     for s in range(STEPS):
         if s == 3:
             opt.param_groups[1]["lr"] = LR / 4

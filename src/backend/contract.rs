@@ -171,6 +171,13 @@ pub trait Autograd: Backend {
 pub trait Train: Backend {
     /// One fused AdamW step on `p` and its moments `m`, `v`, in place.
     fn adamw_step(p: &Self::Raw, g: &Self::Raw, m: &Self::Raw, v: &Self::Raw, c: &crate::vocab::optim::AdamwStep) -> Result<()>;
+    /// One `torch.optim.Adam` step on `p`, its moments `m`, `v` and, with
+    /// amsgrad, the running max `vmax`, in place.
+    fn adam_step(p: &Self::Raw, g: &Self::Raw, m: &Self::Raw, v: &Self::Raw, vmax: Option<&Self::Raw>, c: &crate::vocab::optim::AdamStep) -> Result<()>;
+    /// One `torch.optim.SGD` step on `p` in place. `buf` is its momentum
+    /// buffer, `None` before the first step with momentum: that step makes
+    /// it (a clone of the step's direction) and returns it.
+    fn sgd_step(p: &Self::Raw, g: &Self::Raw, buf: Option<&Self::Raw>, c: &crate::vocab::optim::SgdStep) -> Result<Option<Self::Raw>>;
     /// A GradScaler's state on `dev`: the 0-dim float32 scale and int32 growth tracker.
     fn scaler_state(scale: f64, tracker: i64, dev: Device) -> Result<(Self::Raw, Self::Raw)>;
     /// The loss times the scale (on the loss's device).

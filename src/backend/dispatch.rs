@@ -392,6 +392,14 @@ pub fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::vocab::optim::A
     each!(p, B, p => B::adamw_step(p, B::of(g)?, B::of(m)?, B::of(v)?, c))
 }
 
+pub fn adam_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, vmax: Option<&Raw>, c: &crate::vocab::optim::AdamStep) -> Result<()> {
+    each!(p, B, p => B::adam_step(p, B::of(g)?, B::of(m)?, B::of(v)?, vmax.map(B::of).transpose()?, c))
+}
+
+pub fn sgd_step(p: &Raw, g: &Raw, buf: Option<&Raw>, c: &crate::vocab::optim::SgdStep) -> Result<Option<Raw>> {
+    each!(p, B, p => Ok(B::sgd_step(p, B::of(g)?, buf.map(B::of).transpose()?, c)?.map(B::wrap)))
+}
+
 /// A backend's GradScaler state on `d`: the float32 scale `s` and the int32 growth tracker `t`, both 0-dim.
 pub fn scaler_state(b: BackendId, s: f64, t: i64, d: Device) -> Result<(Raw, Raw)> {
     on_id!(b, B => B::scaler_state(s, t, d).map(|(s, t)| (B::wrap(s), B::wrap(t))))

@@ -20,7 +20,7 @@ use crate::amp::{self, ScalerExport};
 use crate::backend::{self, imp};
 use crate::device::Device;
 use crate::error::Result;
-use crate::optim::{self, Hyper};
+use crate::optim::{self, AdamHyper, Hyper, Hypers, SgdHyper};
 use crate::registry::TENSORS;
 use crate::{json as ijson, safetensors, tensor};
 use fsutil::plain_name;
@@ -113,6 +113,37 @@ fn header_of(named: &[(String, imp::Raw)], metadata: &BTreeMap<String, String>) 
     Ok(safetensors::header(&specs, metadata))
 }
 
+/// A param group's hyperparameters and its params (indices into the saved list).
+fn group_json(h: &Hypers, idx: &[usize]) -> Value {
+    match h {
+        Hypers::AdamW(h) => json!({"lr": h.lr, "beta1": h.beta1, "beta2": h.beta2, "eps": h.eps, "weight_decay": h.weight_decay, "params": idx}),
+        Hypers::Adam(h) => json!({"lr": h.lr, "beta1": h.beta1, "beta2": h.beta2, "eps": h.eps, "weight_decay": h.weight_decay,
+                                  "amsgrad": h.amsgrad, "params": idx}),
+        Hypers::Sgd(h) => json!({"lr": h.lr, "momentum": h.momentum, "dampening": h.dampening, "weight_decay": h.weight_decay,
+                                 "nesterov": h.nesterov, "params": idx}),
+    }
+}
+
+/// A saved group's hyperparameters, by the file's kind (absent: AdamW, which
+/// every checkpoint from before the other kinds holds).
+fn group_hypers(kind: &str, g: &Value) -> Result<Hypers> {
+    let f = |k: &str| g.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(OPTIMIZER, format!("group has no {k:?}")));
+    let b = |k: &str| g.get(k).and_then(Value::as_bool).ok_or_else(|| format_err(OPTIMIZER, format!("group has no boolean {k:?}")));
+    Ok(match kind {
+        "adamw" => Hypers::AdamW(Hyper { lr: f("lr")?, beta1: f("beta1")?, beta2: f("beta2")?, eps: f("eps")?, weight_decay: f("weight_decay")? }),
+        "adam" => Hypers::Adam(AdamHyper {
+            lr: f("lr")?,
+            beta1: f("beta1")?,
+            beta2: f("beta2")?,
+            eps: f("eps")?,
+            weight_decay: f("weight_decay")?,
+            amsgrad: b("amsgrad")?,
+        }),
+        "sgd" => Hypers::Sgd(SgdHyper { lr: f("lr")?, momentum: f("momentum")?, dampening: f("dampening")?, weight_decay: f("weight_decay")?, nesterov: b("nesterov")? }),
+        other => return Err(format_err(OPTIMIZER, format!("unknown optimizer kind {other:?}"))),
+    })
+}
+
 /// A sharded optimizer's partition: `{"world": W, "owners": [owner of each saved param, −1 if none]}`.
 type Partition = Option<Value>;
 
@@ -139,18 +170,20 @@ fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Par
         partition = ex.shard.as_ref().map(|(world, owners)| json!({"world": world, "owners": owners}));
         let mut named = Vec::new();
         let mut steps = serde_json::Map::new();
-        for (i, step, m1, m2) in ex.states {
-            named.push((format!("exp_avg.{i}"), m1));
-            named.push((format!("exp_avg_sq.{i}"), m2));
+        for (i, step, tensors) in ex.states {
+            named.extend(tensors.into_iter().map(|(name, t)| (format!("{name}.{i}"), t)));
             steps.insert(i.to_string(), json!(step));
         }
-        let groups: Vec<Value> = ex
-            .groups
-            .iter()
-            .map(|(h, idx)| json!({"lr": h.lr, "beta1": h.beta1, "beta2": h.beta2, "eps": h.eps, "weight_decay": h.weight_decay, "params": idx}))
-            .collect();
+        let groups: Vec<Value> = ex.groups.iter().map(|(h, idx)| group_json(h, idx)).collect();
+        let kind = ex.groups.first().map_or("adamw", |(h, _)| h.kind());
         let mut m = BTreeMap::new();
-        m.insert("format".into(), "enkai-adamw-1".into());
+        // AdamW keeps the format it always had; the other kinds say theirs in "kind".
+        if kind == "adamw" {
+            m.insert("format".into(), "enkai-adamw-1".into());
+        } else {
+            m.insert("format".into(), "enkai-optim-1".into());
+            m.insert("kind".into(), kind.into());
+        }
         m.insert("groups".into(), Value::Array(groups).to_string());
         m.insert("steps".into(), Value::Object(steps).to_string());
         if let Some(p) = &partition {
@@ -440,10 +473,10 @@ fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u
         Some((mut moments, meta)) => {
             let groups: Vec<Value> = json_meta(&meta, "groups", OPTIMIZER)?;
             let steps: BTreeMap<String, u64> = json_meta(&meta, "steps", OPTIMIZER)?;
+            let kind = meta.get("kind").map_or("adamw", String::as_str);
             let mut gs = Vec::new();
             for g in &groups {
-                let f = |k: &str| g.get(k).and_then(Value::as_f64).ok_or_else(|| format_err(OPTIMIZER, format!("group has no {k:?}")));
-                let hyper = Hyper { lr: f("lr")?, beta1: f("beta1")?, beta2: f("beta2")?, eps: f("eps")?, weight_decay: f("weight_decay")? };
+                let hyper = group_hypers(kind, g)?;
                 let idx: Vec<usize> = g
                     .get("params")
                     .and_then(|p| serde_json::from_value(p.clone()).ok())
@@ -458,11 +491,15 @@ fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u
                 let idx: usize = i.parse().map_err(|_| format_err(OPTIMIZER, format!("step key {i:?}")))?;
                 let h = *made.0.get(idx).ok_or_else(|| format_err(OPTIMIZER, format!("state for param {idx} of {n}")))?;
                 let dev = device_of(&devices[idx])?;
-                let mut take = |name: String| -> Result<imp::Raw> {
-                    let cpu = moments.remove(&name).ok_or_else(|| format_err(OPTIMIZER, format!("{name} is missing")))?;
-                    placed(cpu, dev)
-                };
-                opt_state_entries.push((h, step, take(format!("exp_avg.{idx}"))?, take(format!("exp_avg_sq.{idx}"))?));
+                let group = gs.iter().find(|(_, hs): &&(Hypers, Vec<i64>)| hs.contains(&h));
+                let names = group.ok_or_else(|| format_err(OPTIMIZER, format!("state for param {idx}, which no group holds")))?.0.state_names();
+                let mut tensors = Vec::with_capacity(names.len());
+                for name in names {
+                    let key = format!("{name}.{idx}");
+                    let cpu = moments.remove(&key).ok_or_else(|| format_err(OPTIMIZER, format!("{key} is missing")))?;
+                    tensors.push(placed(cpu, dev)?);
+                }
+                opt_state_entries.push((h, step, tensors));
             }
             let saved: Option<Value> = meta.get("shard").map(|_| json_meta(&meta, "shard", OPTIMIZER)).transpose()?;
             let sharding = match (sharding, saved) {

@@ -376,6 +376,14 @@ fn fill_in_place(t: &Raw, v: f64) -> Result<()> {
 }
 
 impl Train for Native {
+    fn adam_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, vmax: Option<&Raw>, c: &crate::vocab::optim::AdamStep) -> Result<()> {
+        train::adam_step(p, g, m, v, vmax, c)
+    }
+
+    fn sgd_step(p: &Raw, g: &Raw, buf: Option<&Raw>, c: &crate::vocab::optim::SgdStep) -> Result<Option<Raw>> {
+        train::sgd_step(p, g, buf, c)
+    }
+
     fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::vocab::optim::AdamwStep) -> Result<()> {
         train::adamw_step(p, g, m, v, c)
     }

@@ -1,7 +1,8 @@
 // The few libtorch calls `tch` does not expose, behind a C interface:
 // per-device autocast switches (tch only toggles the legacy CUDA one), the
-// AdamW update written with the exact tensor ops of PyTorch's
-// `_single_tensor_adam` (tch's addcmul_/addcdiv_ lack the `value` argument),
+// AdamW, Adam and SGD updates written with the exact tensor ops of PyTorch's
+// `_single_tensor_adamw` / `_single_tensor_adam` / `_single_tensor_sgd`
+// (tch's add/addcmul_/addcdiv_ lack the `alpha` and `value` arguments),
 // and thinner paths for the calls whose libtorch overhead is most of their cost.
 // Every function catches all exceptions: nothing is thrown across the C ABI.
 // Tensors arrive as `at::Tensor*`, the representation of tch's C tensors.
@@ -36,6 +37,16 @@ at::Tensor* below_autograd_unless(bool grad, F run) {
   return new at::Tensor(run());
 }
 
+// A Python number as the operand of a tensor op, as PyTorch's Python passes
+// it (a wrapped number): it takes no part in type promotion, so a bf16 or
+// fp16 op computes with it in float. Passed as a C++ Scalar instead, it is
+// first rounded to the tensor's dtype.
+at::Tensor number(double v) {
+  at::Tensor t = at::scalar_tensor(v, at::TensorOptions().dtype(at::kDouble));
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
 }  // namespace
 
 extern "C" {
@@ -52,6 +63,57 @@ char* enkai_shim_adamw_step(at::Tensor* param, at::Tensor* grad, at::Tensor* exp
     exp_avg_sq->mul_(beta2).addcmul_(*grad, *grad, sq_weight);
     at::Tensor denom = (exp_avg_sq->sqrt() / bc2_sqrt).add_(eps);
     param->addcdiv_(*exp_avg, denom, -step_size);
+  });
+}
+
+// torch.optim.Adam's _single_tensor_adam for one param (foreach=False, not
+// capturable); the scalars come from crate::vocab::optim::AdamStep.
+// `max_exp_avg_sq` is NULL without amsgrad.
+char* enkai_shim_adam_step(at::Tensor* param, at::Tensor* grad, at::Tensor* exp_avg, at::Tensor* exp_avg_sq,
+                           at::Tensor* max_exp_avg_sq, double weight_decay, double lerp, double beta2,
+                           double sq_weight, double bc2_sqrt, double eps, double step_size) {
+  return guarded([&] {
+    at::NoGradGuard no_grad;
+    at::Tensor g = *grad;
+    if (weight_decay != 0) g = g.add(*param, weight_decay);
+    exp_avg->lerp_(g, lerp);
+    exp_avg_sq->mul_(number(beta2)).addcmul_(g, g, sq_weight);
+    at::Tensor denom;
+    if (max_exp_avg_sq != nullptr) {
+      at::maximum_out(*max_exp_avg_sq, *max_exp_avg_sq, *exp_avg_sq);
+      denom = (max_exp_avg_sq->sqrt() / number(bc2_sqrt)).add_(number(eps));
+    } else {
+      denom = (exp_avg_sq->sqrt() / number(bc2_sqrt)).add_(number(eps));
+    }
+    param->addcdiv_(*exp_avg, denom, -step_size);
+  });
+}
+
+// torch.optim.SGD's _single_tensor_sgd for one param; the scalars come from
+// crate::vocab::optim::SgdStep. `buf` is the momentum buffer, NULL before the
+// first step with momentum: that step makes it (a clone of the direction, no
+// dampening) and stores it in *made, which is left NULL otherwise.
+char* enkai_shim_sgd_step(at::Tensor* param, at::Tensor* grad, at::Tensor* buf, at::Tensor** made,
+                          double weight_decay, double momentum, double damp_weight, int nesterov, double lr) {
+  *made = nullptr;
+  return guarded([&] {
+    at::NoGradGuard no_grad;
+    at::Tensor d = *grad;
+    if (weight_decay != 0) d = d.add(*param, weight_decay);
+    at::Tensor fresh;
+    if (momentum != 0) {
+      at::Tensor b;
+      if (buf == nullptr) {
+        fresh = d.detach().clone();
+        b = fresh;
+      } else {
+        b = *buf;
+        b.mul_(number(momentum)).add_(d, damp_weight);
+      }
+      d = nesterov ? d.add(b, momentum) : b;
+    }
+    param->add_(d, -lr);
+    if (fresh.defined()) *made = new at::Tensor(std::move(fresh));
   });
 }
 

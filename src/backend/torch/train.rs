@@ -26,6 +26,31 @@ extern "C" {
         eps: f64,
         step_size: f64,
     ) -> *mut c_char;
+    fn enkai_shim_adam_step(
+        param: AtTensor,
+        grad: AtTensor,
+        exp_avg: AtTensor,
+        exp_avg_sq: AtTensor,
+        max_exp_avg_sq: AtTensor,
+        weight_decay: f64,
+        lerp: f64,
+        beta2: f64,
+        sq_weight: f64,
+        bc2_sqrt: f64,
+        eps: f64,
+        step_size: f64,
+    ) -> *mut c_char;
+    fn enkai_shim_sgd_step(
+        param: AtTensor,
+        grad: AtTensor,
+        buf: AtTensor,
+        made: *mut *mut torch_sys::C_tensor,
+        weight_decay: f64,
+        momentum: f64,
+        damp_weight: f64,
+        nesterov: c_int,
+        lr: f64,
+    ) -> *mut c_char;
     fn enkai_shim_unscale(grads: *const AtTensor, n: usize, found_inf: AtTensor, inv_scale: AtTensor) -> *mut c_char;
     fn enkai_shim_autocast_get(device: c_int, enabled: *mut c_int, dtype: *mut c_int);
     fn enkai_shim_autocast_set(device: c_int, enabled: c_int, dtype: c_int) -> *mut c_char;
@@ -80,6 +105,26 @@ impl Train for Torch {
     fn adamw_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, c: &crate::vocab::optim::AdamwStep) -> Result<()> {
         // SAFETY: four live tensors; the shim catches every C++ exception.
         shim(unsafe { enkai_shim_adamw_step(ptr(&p.0), ptr(&g.0), ptr(&m.0), ptr(&v.0), c.decay, c.lerp, c.beta2, c.sq_weight, c.bc2_sqrt, c.eps, c.step_size) })
+    }
+
+    /// One `torch.optim.Adam` step for one parameter, with libtorch's own ops
+    /// (through the shim: tch's `add` and `addcdiv_` lack `alpha` and `value`).
+    fn adam_step(p: &Raw, g: &Raw, m: &Raw, v: &Raw, vmax: Option<&Raw>, c: &crate::vocab::optim::AdamStep) -> Result<()> {
+        let x = vmax.map_or(std::ptr::null_mut(), |x| ptr(&x.0));
+        // SAFETY: live tensors (or NULL for no amsgrad max); the shim catches every C++ exception.
+        shim(unsafe {
+            enkai_shim_adam_step(ptr(&p.0), ptr(&g.0), ptr(&m.0), ptr(&v.0), x, c.weight_decay, c.lerp, c.beta2, c.sq_weight, c.bc2_sqrt, c.eps, c.step_size)
+        })
+    }
+
+    /// One `torch.optim.SGD` step for one parameter, with libtorch's own ops.
+    fn sgd_step(p: &Raw, g: &Raw, buf: Option<&Raw>, c: &crate::vocab::optim::SgdStep) -> Result<Option<Raw>> {
+        let b = buf.map_or(std::ptr::null_mut(), |b| ptr(&b.0));
+        let mut made = std::ptr::null_mut();
+        // SAFETY: live tensors (or NULL for no buffer yet), a valid out-pointer; the shim catches every C++ exception.
+        shim(unsafe { enkai_shim_sgd_step(ptr(&p.0), ptr(&g.0), b, &mut made, c.weight_decay, c.momentum, c.damp_weight, c.nesterov as c_int, c.lr) })?;
+        // SAFETY: when set, a new at::Tensor* nobody else owns.
+        Ok((!made.is_null()).then(|| Raw(unsafe { tch::Tensor::from_ptr(made) })))
     }
 
     fn scaler_state(scale: f64, tracker: i64, dev: Device) -> Result<(Raw, Raw)> {
