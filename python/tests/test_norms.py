@@ -196,3 +196,27 @@ def test_empty_batch():
     assert tuple(got.shape) == tuple(want.shape)
     same(rm, rm_t)
     same(rv, rv_t)
+
+
+def test_group_norm_bias_without_weight_gradients(backend):
+    """PyTorch 2.13's backward fails for a bias without a weight ("tensor
+    does not have a device"), and so does the torch backend, which runs that
+    kernel (E_AUTOGRAD, its words); the native backend gives the derivative,
+    which is that of weight = ones."""
+    g = torch.Generator().manual_seed(11)
+    x_t = torch.randn(2, 4, 3, generator=g, dtype=torch.float64).requires_grad_()
+    b_t = torch.randn(4, generator=g, dtype=torch.float64).requires_grad_()
+    r = torch.randn(2, 4, 3, generator=g, dtype=torch.float64)
+    y_t = F.group_norm(x_t, 2, torch.ones(4, dtype=torch.float64), b_t)
+    want = torch.autograd.grad((y_t * r).sum(), [x_t, b_t])
+    x, b = to_et(x_t).require_grad(), to_et(b_t).require_grad()
+    y = et.op("group_norm", x, None, b, num_groups=2)
+    close(y, y_t, 1e-12)
+    if backend == "torch":
+        with pytest.raises(et.EnkaiError) as e:
+            (y * to_et(r)).sum().backward()
+        assert e.value.code == "E_AUTOGRAD" and "tensor does not have a device" in str(e.value)
+        return
+    (y * to_et(r)).sum().backward()
+    for got, ref in zip((x.grad, b.grad), want):
+        close(got, ref, 1e-10)

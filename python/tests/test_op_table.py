@@ -119,9 +119,18 @@ LOOSE = {"scaled_dot_product_attention": 20, "lstm": 40, "gru": 40, "group_norm"
 # reference over 300 random [4, 3] eval calls its error (relative to 1+|y|)
 # was 0.0164 for bf16 (contiguous: 0.0034) and 0.0017 for fp16 (0.0004);
 # the native kernel rounds once, so the difference is PyTorch's own.
-LOOSE_HALF = {"lstm": 5, "gru": 20, "lstm_cell": 2, "gru_cell": 2, "batch_norm": 4}
+# The case inputs are seeded by Python's per-process string hash, so these
+# hold for every seed: over 12 hash seeds the native backend needed (excess
+# over rtol, in units of the class's atol) lstm 3.2 (5.4 in one earlier run),
+# gru 11.0, lstm_cell 2.8, gru_cell 3.6, batch_norm 1.7; each is set at
+# about twice its largest.
+LOOSE_HALF = {"lstm": 12, "gru": 24, "lstm_cell": 6, "gru_cell": 8, "batch_norm": 4}
 
 
+# PyTorch backward failures of defined derivatives, by op: the error's words.
+# group_norm with a bias and no weight: "tensor does not have a device"
+# (torch 2.13); test_norms.py checks that gradient against weight = ones.
+TORCH_BACKWARD_BUGS = {"group_norm": ("tensor does not have a device",)}
 # Calls the native backend states it does not run (E_UNSUPPORTED) where
 # libtorch has a kernel it does not reproduce, by (op, dtype).
 NATIVE_GAPS = {("interpolate", "uint8"): "a linear mode: libtorch's fixed-point uint8 kernel rounds its own way"}
@@ -506,6 +515,8 @@ def check_case_grad(rng, ov, case, kw):
         for g, w in zip(got, ws):
             term = (g * et.from_numpy(w)).sum()
             total = term if total is None else total + term
+        if err is not None and any(words in str(err) for words in TORCH_BACKWARD_BUGS.get(ov["name"], ())):
+            return  # PyTorch's backward fails where the derivative exists (checked in the op's own suite)
         if err is not None:
             # PyTorch has no derivative here (scatter with reduce): ours refuses too.
             with pytest.raises(et.EnkaiError):

@@ -143,3 +143,26 @@ def test_refusals_have_the_same_code_on_both_backends():
         with pytest.raises(et.EnkaiError) as e:
             fn()
         assert e.value.code == code and words in str(e.value), str(e.value)
+
+
+def test_interpolate_uint8(backend):
+    """uint8 images: the nearest modes copy, so both backends equal PyTorch;
+    bilinear is libtorch's fixed-point kernel, whose rounding the native
+    backend does not reproduce (E_UNSUPPORTED there); linear and trilinear
+    are refused as PyTorch refuses them."""
+    x_t = torch.randint(0, 256, (1, 3, 5, 6), generator=torch.Generator().manual_seed(2)).to(torch.uint8)
+    x = to_et(x_t)
+    for kw in ({"size": [9, 4]}, {"scale_factor": 1.7, "mode": "nearest-exact"}):
+        same(interp(x, **kw), F.interpolate(x_t, **kw))
+    if backend == "torch":
+        same(interp(x, size=[7, 8], mode="bilinear"), F.interpolate(x_t, size=[7, 8], mode="bilinear"))
+    else:
+        with pytest.raises(et.EnkaiError) as e:
+            interp(x, size=[7, 8], mode="bilinear")
+        assert e.value.code == "E_UNSUPPORTED"
+    with pytest.raises(et.EnkaiError) as e:
+        interp(to_et(x_t[0]), size=[7], mode="linear")
+    assert e.value.code == "E_DTYPE"
+    with pytest.raises(et.EnkaiError) as e:
+        interp(to_et(x_t.to(torch.int64)), size=[7, 8])
+    assert e.value.code == "E_DTYPE"

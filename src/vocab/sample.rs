@@ -316,7 +316,14 @@ pub fn check(call: &Call, ins: &[In]) -> Result<()> {
         crate::bail!(E_DTYPE, "{op}: not implemented for {} (it takes floating dtypes and {})", dt.name(), other.name());
     }
     match op {
-        "interpolate" => interp_plan(call, xs).map(drop),
+        "interpolate" => {
+            let plan = interp_plan(call, xs)?;
+            // libtorch's uint8 kernels: the nearest modes and bilinear; linear and trilinear are not built for it.
+            if *dt == DType::U8 && plan.mode == Mode::Linear && plan.output.len() != 2 {
+                crate::bail!(E_DTYPE, "{op}: mode {} is not implemented for uint8", call.str("mode").unwrap_or("nearest"));
+            }
+            Ok(())
+        }
         "unfold" => unfold_blocks(call, xs).map(drop),
         "fold" => fold_blocks(call, xs).map(drop),
         _ => Ok(()),
