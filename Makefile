@@ -104,7 +104,7 @@ build/capi/%: capi-tests/%.c capi-tests/check.h capi-tests/dlpack_min.h include/
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icapi-tests $< -o $@ $(LDLIBS)
 
-build/examples/%: examples-c/%.c examples-c/hf_common.h include/enkai_tensor.h $(LIB)
+build/examples/%: examples-c/%.c examples-c/hf_common.h examples-c/llama_config.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 

@@ -28,6 +28,7 @@
  * tensor or optimizer is still live at exit.
  * Build: make build/examples/llama_train */
 #include "hf_common.h"
+#include "llama_config.h"
 #include <errno.h>
 #include <sys/stat.h>
 
@@ -39,11 +40,6 @@ static const char *TEXT =
     "surrounding families, that he is considered the rightful property of some one or other of "
     "their daughters. ";
 
-typedef struct {
-    double hidden, inter, layers, heads, kv_heads, head_dim, vocab, positions, eps, theta;
-    char act[32], rope_type[32];
-    int tied, attn_bias, mlp_bias, rope_scaling;
-} Config;
 
 /* The default model: small enough to train in seconds on a CPU core, with
  * grouped-query attention (2 query heads per key/value head), and room for
@@ -58,29 +54,7 @@ static Config default_config(void) {
  * LlamaConfig's defaults for absent keys; variants this program does not
  * train (biases, a tied head, other activations or rope types) are refused. */
 static Config read_config(const char *path) {
-    Config c = {.hidden = 4096, .inter = 11008, .layers = 32, .heads = 32, .vocab = 32000, .positions = 2048,
-                .eps = 1e-6, .theta = 10000, .act = "silu", .rope_type = "default"};
-    ConfigKey rope[] = {{"rope_theta", .num = &c.theta}, {"rope_type", .str = c.rope_type, .str_cap = sizeof c.rope_type}};
-    ConfigKey keys[] = {
-        {"hidden_size", .num = &c.hidden}, {"intermediate_size", .num = &c.inter},
-        {"num_hidden_layers", .num = &c.layers}, {"num_attention_heads", .num = &c.heads},
-        {"num_key_value_heads", .num = &c.kv_heads}, {"head_dim", .num = &c.head_dim},
-        {"vocab_size", .num = &c.vocab}, {"max_position_embeddings", .num = &c.positions},
-        {"rms_norm_eps", .num = &c.eps}, {"rope_theta", .num = &c.theta},
-        {"hidden_act", .str = c.act, .str_cap = sizeof c.act}, {"tie_word_embeddings", .flag = &c.tied},
-        {"attention_bias", .flag = &c.attn_bias}, {"mlp_bias", .flag = &c.mlp_bias},
-        {"rope_scaling", .present = &c.rope_scaling},
-        {"rope_parameters", .obj = rope, .obj_n = sizeof rope / sizeof rope[0]}};
-    read_config_keys(path, keys, sizeof keys / sizeof keys[0]);
-    if (c.kv_heads == 0) c.kv_heads = c.heads;
-    if (c.head_dim == 0 && whole(c.heads, 1, 1e7)) c.head_dim = floor(c.hidden / c.heads);
-    double ints[] = {c.hidden, c.inter, c.layers, c.heads, c.kv_heads, c.head_dim, c.vocab, c.positions};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (!whole(ints[i], 1, 1e7)) config_fail(path, "a size is not a positive integer");
-    if ((int64_t)c.heads % (int64_t)c.kv_heads)
-        config_fail(path, "num_attention_heads is not a multiple of num_key_value_heads");
-    if ((int64_t)c.head_dim % 2) config_fail(path, "head_dim is odd (rotary embeddings rotate pairs)");
-    if (!(c.eps > 0) || !(c.theta > 0)) config_fail(path, "rms_norm_eps or rope_theta is not positive");
+    Config c = llama_read_config(path);
     if (strcmp(c.act, "silu") || c.rope_scaling || strcmp(c.rope_type, "default") || c.tied || c.attn_bias ||
         c.mlp_bias || c.vocab < 256) {
         fprintf(stderr, "E_UNSUPPORTED: %s: llama_train trains hidden_act silu, the default rope_type, an untied "
