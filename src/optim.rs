@@ -89,7 +89,10 @@ struct State {
 struct Param {
     /// A retained tensor handle, released when the optimizer is freed.
     handle: i64,
-    state: Option<State>,
+    /// Boxed, so that `None` is one initialised word: in an unboxed
+    /// `Option<State>` only the Vec's niche is written, and the optimiser
+    /// may read the rest of it speculatively (valgrind reports that read).
+    state: Option<Box<State>>,
     /// The rank that updates it when the optimizer is sharded.
     owner: i64,
 }
@@ -212,7 +215,7 @@ fn group_mut(groups: &mut [Group], i: i64) -> Result<&mut Group> {
 /// first step's direction). The grad must match the param in shape and
 /// dtype, as PyTorch requires of `param.grad`; checked here so that every
 /// backend refuses alike.
-fn update(param: &Raw, grad: &Raw, state: &mut Option<State>, h: Hypers) -> Result<()> {
+fn update(param: &Raw, grad: &Raw, state: &mut Option<Box<State>>, h: Hypers) -> Result<()> {
     let kind = h.kind();
     let (ps, gs) = (imp::shape(param), imp::shape(grad));
     if ps != gs {
@@ -230,7 +233,7 @@ fn update(param: &Raw, grad: &Raw, state: &mut Option<State>, h: Hypers) -> Resu
         let made = imp::sgd_step(param, grad, buf, &SgdStep::new(h))?;
         match state {
             Some(s) => s.step += 1,
-            None => *state = Some(State { tensors: made.into_iter().collect(), step: 1 }),
+            None => *state = Some(Box::new(State { tensors: made.into_iter().collect(), step: 1 })),
         }
         return Ok(());
     }
@@ -238,7 +241,7 @@ fn update(param: &Raw, grad: &Raw, state: &mut Option<State>, h: Hypers) -> Resu
         Some(s) => s,
         None => {
             let tensors = h.state_names().iter().map(|_| imp::zeros_like(param)).collect::<Result<Vec<_>>>()?;
-            state.insert(State { tensors, step: 0 })
+            state.insert(Box::new(State { tensors, step: 0 }))
         }
     };
     s.step += 1;
@@ -450,7 +453,7 @@ pub fn import(groups: Vec<(Hypers, Vec<i64>)>, mut states: Vec<(i64, u64, Vec<Ra
                 if tensors.len() != names.len() {
                     crate::bail!(E_CKPT_FORMAT, "param {} has {} state tensors, a {} group needs {names:?}", p.handle, tensors.len(), hyper.kind());
                 }
-                p.state = Some(State { tensors, step });
+                p.state = Some(Box::new(State { tensors, step }));
             }
         }
     }
