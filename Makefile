@@ -159,8 +159,8 @@ fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000
 
 # Benchmarks print ratios taken in one run; they are not tests.
-bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/bench/native_ops_c build/bench/fma_peak build/examples/train_tinylm build/examples/gpt2_generate build/examples/llama_generate
-	build/bench/native_c
+bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/bench/native_ops_c build/bench/fma_peak build/examples/train_tinylm build/examples/gpt2_generate build/examples/llama_generate build/examples/llama_train
+	build/bench/native_c "$$(build/bench/fma_peak)"
 	python benches/native_ops_compare.py build/bench/native_ops_c
 	python benches/conv_compare.py build/bench/fma_peak
 	cargo bench --bench handles
@@ -175,6 +175,7 @@ bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/na
 	python benches/generate_compare.py --arch llama build/examples/llama_generate $(NOTORCH)
 	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/attention_compare.py
 	python benches/cnn_compare.py $(NOTORCH)
+	python benches/grad_checkpoint_compare.py build/examples/llama_train $(NOTORCH)
 
 build/bench/%: benches/%.c benches/bench.h include/enkai_tensor.h $(LIB)
 	@mkdir -p $(@D)

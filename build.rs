@@ -19,6 +19,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/backend/torch/shim.cpp");
     println!("cargo:rerun-if-changed=src/backend/torch/dist_shim.cpp");
     println!("cargo:rerun-if-changed=src/backend/torch/op_shim.cpp");
+    println!("cargo:rerun-if-changed=src/backend/torch/autograd_shim.cpp");
     println!("cargo:rerun-if-changed=src/backend/torch/shim_guard.h");
     println!("cargo:rerun-if-changed=src/backend/torch/gloo-decl");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else { return };
@@ -42,6 +43,7 @@ fn main() {
         .file("src/backend/torch/shim.cpp")
         .file("src/backend/torch/dist_shim.cpp")
         .file("src/backend/torch/op_shim.cpp")
+        .file("src/backend/torch/autograd_shim.cpp")
         .compile("enkai_shim");
     // After the shim, which calls into it: static libraries link in order.
     if let Some(dirs) = nccl {

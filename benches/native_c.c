@@ -92,24 +92,33 @@ static double timed(const char *name, setup_fn setup, step_fn step, int iters) {
     return best;
 }
 
-static void row(const char *what, setup_fn setup, step_fn step, int iters, double flops) {
+/* The fp32 FMA peak of one core in GFLOP/s (benches/fma_peak, measured in
+ * the same run and passed as argv[1]); 0 when not given. */
+static double peak;
+
+static void row(const char *what, setup_fn setup, step_fn step, int iters, double flops, int threads) {
     double t = timed("torch", setup, step, iters), n = timed("cpu", setup, step, iters);
-    if (flops > 0)
+    if (flops > 0 && peak > 0)
+        printf("%-44s %10.1f %10.1f %8.2fx   (GFLOP/s; >1 = native faster; native %.0f%%, torch %.0f%% of the FMA peak)\n",
+               what, flops / t, flops / n, t / n, 100 * flops / n / (peak * threads), 100 * flops / t / (peak * threads));
+    else if (flops > 0)
         printf("%-44s %10.1f %10.1f %8.2fx   (GFLOP/s; >1 = native faster)\n", what, flops / t, flops / n, t / n);
     else
         printf("%-44s %10.0f %10.0f %8.2fx   (ns; <1 = native faster)\n", what, t, n, n / t);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) peak = atof(argv[1]);
+    if (peak > 0) printf("fp32 FMA peak, 1 thread (AVX-512, registers only): %.1f GFLOP/s\n", peak);
     printf("%-44s %10s %10s %9s\n", "what", "torch", "native", "ratio");
     ok(enkai_set_num_threads(1));
-    row("add [4] fp32 (+free), 1 thread", setup_add, step_add, 200000, 0);
-    row("matmul 512^3 fp32, 1 thread", setup_mm, step_mm, 20, 2.0 * 512 * 512 * 512);
+    row("add [4] fp32 (+free), 1 thread", setup_add, step_add, 200000, 0, 1);
+    row("matmul 512^3 fp32, 1 thread", setup_mm, step_mm, 20, 2.0 * 512 * 512 * 512, 1);
     ok(enkai_set_num_threads(2));
-    row("matmul 512^3 fp32, 2 threads", setup_mm, step_mm, 20, 2.0 * 512 * 512 * 512);
+    row("matmul 512^3 fp32, 2 threads", setup_mm, step_mm, 20, 2.0 * 512 * 512 * 512, 2);
     ok(enkai_set_num_threads(1));
-    row("layernorm+gelu fwd+bwd 32x256, 1 thread", setup_ln, step_ln, 2000, 0);
-    row("softmax fwd+bwd 64x512, 1 thread", setup_sm, step_sm, 2000, 0);
-    row("cross_entropy fwd+bwd 512x256, 1 thread", setup_ce, step_ce, 500, 0);
+    row("layernorm+gelu fwd+bwd 32x256, 1 thread", setup_ln, step_ln, 2000, 0, 1);
+    row("softmax fwd+bwd 64x512, 1 thread", setup_sm, step_sm, 2000, 0, 1);
+    row("cross_entropy fwd+bwd 512x256, 1 thread", setup_ce, step_ce, 500, 0, 1);
     return 0;
 }

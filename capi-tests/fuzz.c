@@ -1490,11 +1490,57 @@ OP(generic) {
     for (int64_t i = 0; i < r; i++) model_new(out[i]);
 }
 
+/* A checkpointed span whose function behaves as its context says: a real
+ * op, a forged output handle, a failure, too many outputs. The release must
+ * run once for every call that passed one: before a failing call returns,
+ * or when the outputs' graph goes. */
+static long span_released;
+static int64_t span_fn(void *ctx, const int64_t *in, size_t n, int64_t *out, size_t cap) {
+    switch ((intptr_t)ctx) {
+    case 0:
+        if (n == 0 || cap == 0) return 0;
+        out[0] = enkai_tensor_tanh(in[0]);
+        return out[0] ? 1 : -1;
+    case 1:
+        if (cap) out[0] = INT64_C(0x7fffffffffff);
+        return cap ? 1 : 0;
+    case 2: return -1;
+    default: return (int64_t)cap + 1;
+    }
+}
+static void span_release(void *ctx) {
+    (void)ctx;
+    span_released++;
+}
+
+OP(grad_checkpoint) {
+    int64_t in[3], out[4];
+    int n = below(4);
+    for (int i = 0; i < n; i++) in[i] = tensor();
+    size_t cap = chance(90) ? 4 : (size_t)below(2);
+    intptr_t mode = chance(70) ? 0 : below(4);
+    int with_release = chance(90);
+    long before = span_released;
+    CALL(enkai_grad_checkpoint); logcall("grad_checkpoint(mode %d, %d inputs, cap %zu)", (int)mode, n, cap);
+    int64_t r = enkai_grad_checkpoint(chance(97) ? span_fn : NULL, with_release ? span_release : NULL, (void *)mode,
+                                      chance(98) ? in : NULL, (size_t)n, chance(98) ? out : NULL, cap);
+    outcome(r < 0);
+    if (r < 0 && with_release && span_released != before + 1) fail("a failed grad_checkpoint did not release its span once");
+    for (int64_t i = 0; i < r; i++) model_new(out[i]);
+    if (r > 0 && chance(50)) {
+        int64_t s = enkai_tensor_sum(out[0], -1, 0);
+        if (s) {
+            model_new(s);
+            (void)enkai_tensor_backward(s);
+        }
+    }
+}
+
 static const op_t ops[] = {
     {op_create, 14}, {op_from_data, 4}, {op_ids_u32, 2}, {op_device, 2}, {op_retain_free, 18}, {op_binary, 10},
     {op_unary, 10}, {op_layout, 9}, {op_nn, 6}, {op_data_out, 6}, {op_autograd, 8}, {op_optim, 5}, {op_amp, 4},
     {op_backend, 1}, {op_library, 2}, {op_generic, 12}, {op_lm, 2}, {op_checkpoint, 1}, {op_dist, 2}, {op_dlpack, 3},
-    {op_safetensors, 4},
+    {op_safetensors, 4}, {op_grad_checkpoint, 3},
 };
 
 #define SLOW_S 10.0

@@ -250,6 +250,32 @@ static void optimizers(const enkai::Device& cpu) {
   CHECK_THROWS(enkai::lr_schedule("{}", 0, 0.1), E_INVALID_ARG);
 }
 
+// A checkpointed span (enkai::checkpoint over enkai_grad_checkpoint): the
+// same gradients as without it, the lambda (and what it captures) released
+// by the library, and an exception in the span rethrown to the caller.
+static void grad_checkpoint(const enkai::Device& cpu) {
+  auto x = enkai::Tensor::randn({4, 3}, "fp64", cpu).require_grad();
+  auto w = enkai::Tensor::randn({3, 3}, "fp64", cpu).require_grad();
+  auto span = [w](const enkai::Tensors& in) { return enkai::Tensors{enkai::matmul(in[0], w).tanh()}; };
+  auto y = enkai::checkpoint(span, {x});
+  CHECK(y.size() == 1 && y[0].requires_grad());
+  (y[0] * y[0]).sum().backward();
+  auto gx = x.grad(), gw = w.grad();
+  x.zero_grad();
+  w.zero_grad();
+  auto plain = span({x})[0];
+  (plain * plain).sum().backward();
+  CHECK(((x.grad() - gx) * (x.grad() - gx)).sum().item() == 0.0);
+  CHECK(((w.grad() - gw) * (w.grad() - gw)).sum().item() == 0.0);
+  bool rethrown = false;
+  try {
+    enkai::checkpoint([](const enkai::Tensors&) -> enkai::Tensors { throw std::out_of_range("in the span"); }, {x});
+  } catch (const std::out_of_range&) {
+    rethrown = true;
+  }
+  CHECK(rethrown);
+}
+
 int main() {
   const enkai::LiveCounts base = enkai::live();
   {
@@ -257,6 +283,7 @@ int main() {
     semantics(cpu);
     train(cpu);
     optimizers(cpu);
+    grad_checkpoint(cpu);
     safetensors(cpu);
   }
   CHECK(enkai::live() == base);

@@ -4,6 +4,7 @@
  *
  *   llama_train [--steps N] [--batch B] [--seq T] [--lr LR] [--weight-decay WD]
  *               [--seed S] [--init DIR] [--out DIR] [--device D] [--threads N]
+ *               [--checkpoint 0|1]
  *
  * The model is llama_generate's, with a batch: RMSNorm (`rms_norm`) ->
  * q/k/v projections -> rotary embeddings (transformers' rotate-half form)
@@ -20,7 +21,12 @@
  * cross_entropy of B windows of T bytes per step. The windows are a fixed
  * formula, so a test can replay the data order without an RNG: window b of
  * step s starts at byte ((s * B + b) * 97) % (len(TEXT) - T), its targets
- * one byte later. One line per step on stdout: "step S loss L".
+ * one byte later. One line per step on stdout: "step S loss L". With
+ * --checkpoint 1 every decoder layer is a checkpointed span
+ * (enkai_grad_checkpoint, as torch.utils.checkpoint): its activations are
+ * dropped after the forward pass and recomputed in the backward, for the
+ * same gradients in less memory. The run ends with its time and the
+ * process's peak resident set on stderr.
  *
  * --out DIR writes config.json and model.safetensors under transformers'
  * names (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight,
@@ -228,46 +234,91 @@ static void rope_tables(const Model *m, int64_t T, int64_t dev, int64_t *cos_out
     free(s);
 }
 
-/* Logits [B * T, V] of ids [B, T], recorded for the backward. */
-static int64_t forward(const Model *m, int64_t ids, int64_t B, int64_t T, int64_t cos, int64_t sin_signed) {
-    int64_t h = must(enkai_tensor_embedding(EMBED(m), ids), "embedding");
-    char sdpa_kw[96], flat[64], rows[64];
-    snprintf(sdpa_kw, sizeof sdpa_kw, "{\"is_causal\": true, \"enable_gqa\": %s}", m->KV != m->H ? "true" : "false");
-    snprintf(flat, sizeof flat, "[%lld,%lld,%lld]", (long long)B, (long long)T, (long long)(m->H * m->D));
-    snprintf(rows, sizeof rows, "[%lld,%lld]", (long long)(B * T), (long long)m->V);
-    for (int64_t l = 0; l < m->L; l++) {
-        int64_t a = rms_norm(m, h, W(m, l, IN_NORM));
-        int64_t q = split_heads(m, linear(a, W(m, l, Q)), B, T, m->H);
-        int64_t k = split_heads(m, linear(a, W(m, l, K)), B, T, m->KV);
-        int64_t v = split_heads(m, linear(a, W(m, l, V)), B, T, m->KV);
-        drop(a);
-        q = then(q, rotate(m, q, cos, sin_signed));
-        k = then(k, rotate(m, k, cos, sin_signed));
-        int64_t in[] = {q, k, v};
-        int64_t o = op("scaled_dot_product_attention", in, 3, sdpa_kw);
-        drop(q);
-        drop(k);
-        drop(v);
-        o = then(o, must(enkai_tensor_transpose(o, 1, 2), "transpose"));
-        o = then(o, must(enkai_tensor_reshape(o, flat), "reshape"));
-        o = then(o, linear(o, W(m, l, O)));
-        h = then(h, must(enkai_tensor_add(h, o), "add"));
-        drop(o);
+/* What one decoder layer reads besides its input: the span context of
+ * --checkpoint, kept until the backward pass has recomputed the layer. */
+typedef struct {
+    const Model *m;
+    int64_t l, B, T, cos, sin_signed;
+    char sdpa_kw[96], flat[64];
+} Layer;
 
-        int64_t f = rms_norm(m, h, W(m, l, POST_NORM));
-        int64_t gate = linear(f, W(m, l, GATE));
-        int64_t up = then(f, linear(f, W(m, l, UP)));
-        gate = then(gate, op("silu", &gate, 1, NULL));
-        int64_t act = must(enkai_tensor_mul(gate, up), "mul");
-        drop(gate);
-        drop(up);
-        int64_t down = then(act, linear(act, W(m, l, DOWN)));
-        h = then(h, must(enkai_tensor_add(h, down), "add"));
-        drop(down);
+/* Decoder layer l on the hidden state h [B, T, hidden]: a new handle. */
+static int64_t layer(const Layer *c, int64_t h) {
+    const Model *m = c->m;
+    int64_t l = c->l, B = c->B, T = c->T;
+    int64_t a = rms_norm(m, h, W(m, l, IN_NORM));
+    int64_t q = split_heads(m, linear(a, W(m, l, Q)), B, T, m->H);
+    int64_t k = split_heads(m, linear(a, W(m, l, K)), B, T, m->KV);
+    int64_t v = split_heads(m, linear(a, W(m, l, V)), B, T, m->KV);
+    drop(a);
+    q = then(q, rotate(m, q, c->cos, c->sin_signed));
+    k = then(k, rotate(m, k, c->cos, c->sin_signed));
+    int64_t in[] = {q, k, v};
+    int64_t o = op("scaled_dot_product_attention", in, 3, c->sdpa_kw);
+    drop(q);
+    drop(k);
+    drop(v);
+    o = then(o, must(enkai_tensor_transpose(o, 1, 2), "transpose"));
+    o = then(o, must(enkai_tensor_reshape(o, c->flat), "reshape"));
+    o = then(o, linear(o, W(m, l, O)));
+    int64_t r = must(enkai_tensor_add(h, o), "add");
+    drop(o);
+
+    int64_t f = rms_norm(m, r, W(m, l, POST_NORM));
+    int64_t gate = linear(f, W(m, l, GATE));
+    int64_t up = then(f, linear(f, W(m, l, UP)));
+    gate = then(gate, op("silu", &gate, 1, NULL));
+    int64_t act = must(enkai_tensor_mul(gate, up), "mul");
+    drop(gate);
+    drop(up);
+    int64_t down = then(act, linear(act, W(m, l, DOWN)));
+    r = then(r, must(enkai_tensor_add(r, down), "add"));
+    drop(down);
+    return r;
+}
+
+/* The layer as a checkpointed span's function (enkai_grad_checkpoint). */
+static int64_t layer_span(void *ctx, const int64_t *in, size_t n, int64_t *out, size_t cap) {
+    if (n != 1 || cap < 1) return -1;
+    out[0] = layer(ctx, in[0]);
+    return 1;
+}
+
+/* Logits [B * T, V] of ids [B, T], recorded for the backward; with
+ * `spans` (one Layer per layer), each layer is a checkpointed span. */
+static int64_t forward(const Model *m, int64_t ids, int64_t B, int64_t T, int64_t cos, int64_t sin_signed, Layer *spans) {
+    int64_t h = must(enkai_tensor_embedding(EMBED(m), ids), "embedding");
+    char rows[64];
+    snprintf(rows, sizeof rows, "[%lld,%lld]", (long long)(B * T), (long long)m->V);
+    Layer one;
+    for (int64_t l = 0; l < m->L; l++) {
+        Layer *c = spans ? &spans[l] : &one;
+        *c = (Layer){.m = m, .l = l, .B = B, .T = T, .cos = cos, .sin_signed = sin_signed};
+        snprintf(c->sdpa_kw, sizeof c->sdpa_kw, "{\"is_causal\": true, \"enable_gqa\": %s}",
+                 m->KV != m->H ? "true" : "false");
+        snprintf(c->flat, sizeof c->flat, "[%lld,%lld,%lld]", (long long)B, (long long)T, (long long)(m->H * m->D));
+        int64_t next;
+        if (spans) {
+            if (enkai_grad_checkpoint(layer_span, NULL, c, &h, 1, &next, 1) != 1) fail("grad_checkpoint");
+        } else {
+            next = layer(c, h);
+        }
+        h = then(h, next);
     }
     h = then(h, rms_norm(m, h, NORM(m)));
     h = then(h, linear(h, HEAD(m)));
     return then(h, must(enkai_tensor_reshape(h, rows), "reshape"));
+}
+
+/* The process's peak resident set (VmHWM), in KiB; -1 where unknown. */
+static long peak_rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
 }
 
 /* ---- the output directory ---- */
@@ -320,7 +371,7 @@ static void save(const Model *m, const char *dir) {
 
 static void usage(void) {
     fprintf(stderr, "usage: llama_train [--steps N] [--batch B] [--seq T] [--lr LR] [--weight-decay WD] [--seed S] "
-                    "[--init DIR] [--out DIR] [--device D] [--threads N]\n");
+                    "[--init DIR] [--out DIR] [--device D] [--threads N] [--checkpoint 0|1]\n");
     exit(2);
 }
 
@@ -342,6 +393,7 @@ int main(int argc, char **argv) {
     long long steps = 200, B = 8, T = 32, seed = 0, threads = 0;
     double lr = 1e-2, wd = 0.01;
     const char *init = NULL, *out = NULL, *device = "cpu";
+    long long checkpoint = 0;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
         else if (!strcmp(argv[i], "--steps")) steps = int_arg(argv[++i], 0, 1000000000);
@@ -354,6 +406,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--init")) init = argv[++i];
         else if (!strcmp(argv[i], "--out")) out = argv[++i];
         else if (!strcmp(argv[i], "--device")) device = argv[++i];
+        else if (!strcmp(argv[i], "--checkpoint")) checkpoint = int_arg(argv[++i], 0, 1);
         else usage();
     }
     const long long n_text = (long long)strlen(TEXT);
@@ -394,6 +447,8 @@ int main(int argc, char **argv) {
 
     int64_t cos, sin_signed;
     rope_tables(&m, T, dev, &cos, &sin_signed);
+    Layer *spans = checkpoint ? calloc((size_t)m.L, sizeof *spans) : NULL;
+    if (checkpoint && !spans) fail("malloc");
     int64_t *in = malloc((size_t)(B * T) * sizeof *in), *tgt = malloc((size_t)(B * T) * sizeof *tgt);
     if (!in || !tgt) fail("malloc");
     char ids_shape[64], tgt_shape[32];
@@ -412,7 +467,7 @@ int main(int argc, char **argv) {
         int64_t ids = must(enkai_tensor_from_data(in, bytes, ids_shape, "int64", dev), "from_data");
         int64_t y = must(enkai_tensor_from_data(tgt, bytes, tgt_shape, "int64", dev), "from_data");
         if (enkai_tensor_zero_grad_multi(list)) fail("zero_grad");
-        int64_t logits = forward(&m, ids, B, T, cos, sin_signed);
+        int64_t logits = forward(&m, ids, B, T, cos, sin_signed, spans);
         int64_t loss = must(enkai_tensor_cross_entropy(logits, y), "cross_entropy");
         drop(logits);
         drop(ids);
@@ -425,7 +480,9 @@ int main(int argc, char **argv) {
         printf("step %lld loss %.9g\n", step, l);
     }
     double dt = now() - t0;
-    fprintf(stderr, "%lld steps in %.2f s (%.0f tokens/s)\n", steps, dt, dt > 0 ? (double)(steps * B * T) / dt : 0.0);
+    fprintf(stderr, "%lld steps in %.2f s (%.0f tokens/s), peak RSS %.1f MiB%s\n", steps, dt,
+            dt > 0 ? (double)(steps * B * T) / dt : 0.0, peak_rss_kb() / 1024.0,
+            checkpoint ? " (layers checkpointed)" : "");
     if (out) {
         save(&m, out);
         printf("saved %s\n", out);
@@ -434,6 +491,7 @@ int main(int argc, char **argv) {
     free(in);
     free(tgt);
     free(list);
+    free(spans);
     drop(cos);
     drop(sin_signed);
     if (enkai_tensor_opt_free(opt)) fail("opt_free");

@@ -168,6 +168,25 @@ typedef enum EnkaiErrorCode {
 } EnkaiErrorCode;
 
 /**
+ * The function of a checkpointed span (`enkai_grad_checkpoint`): reads the
+ * borrowed handles `inputs` and writes up to `cap` output handles to
+ * `out`, each a new reference that passes to the library (as `enkai_op`
+ * writes them); returns how many, or -1 on failure (the last error it
+ * left, if any, is reported).
+ */
+typedef int64_t (*EnkaiCheckpointFn)(void *ctx,
+                                     const int64_t *inputs,
+                                     size_t n_inputs,
+                                     int64_t *out,
+                                     size_t cap);
+
+/**
+ * Called once with `ctx` when the library no longer needs a checkpointed
+ * span's function and context.
+ */
+typedef void (*EnkaiReleaseFn)(void *ctx);
+
+/**
  * Bytes returned by value: `ptr` is `malloc`ed (and NUL-terminated for
  * convenience, the NUL not counted in `len`); release with `enkai_free(ptr, len)`.
  * `{NULL, 0}` signals an error.
@@ -369,6 +388,44 @@ int enkai_set_grad_enabled(int enabled);
  * (`torch.is_grad_enabled()`). Never fails.
  */
 int enkai_is_grad_enabled(void);
+
+/**
+ * `torch.utils.checkpoint.checkpoint(fn, *inputs)`: runs
+ * `fn(ctx, inputs, n_inputs, out, cap)` and writes its outputs to `out`
+ * (new handles owned by the caller), keeping none of the activations
+ * inside the span. The backward pass runs `fn` once more, on detached
+ * copies of the inputs, with the generator state and autocast settings of
+ * the first run, and back-propagates through that run: the gradients
+ * equal those without checkpointing. The leaves `fn` uses without
+ * receiving them (weights it reaches through `ctx`) get their gradients
+ * too, as with PyTorch's `use_reentrant=False`. Outside grad mode `fn`
+ * just runs. Returns the number of outputs, or -1 with `E_NULL_POINTER`
+ * (`fn`, or `inputs`/`out` with a non-zero count), `E_HANDLE_*`,
+ * `E_BACKEND_MISMATCH`, `E_INVALID_ARG` (`fn` returned more than `cap`
+ * outputs or a bad handle, or -1 with no error set); when `fn` fails with
+ * an error set, that error's code, its detail quoted. A failure of the
+ * second run is `E_AUTOGRAD` from the backward call.
+ *
+ * `release` (may be NULL) is called once with `ctx` when the library no
+ * longer needs `fn` and `ctx`: when the backward pass has run, when the
+ * outputs' graph is freed unrun, or before this call returns when nothing
+ * needs the span again (an error, grad mode off, no input or leaf that
+ * requires grad). It may run on any thread.
+ *
+ * # Safety
+ * `inputs` points to `n_inputs` handles and `out` to `cap` writable slots
+ * (either may be NULL when its count is 0). `fn` and `ctx` stay valid, and
+ * callable from the thread that runs the backward pass, until `release`
+ * is called (with a NULL `release`: until the outputs' graph is freed);
+ * `fn` computes the same outputs on both runs.
+ */
+int64_t enkai_grad_checkpoint(EnkaiCheckpointFn f,
+                              EnkaiReleaseFn release,
+                              void *ctx,
+                              const int64_t *inputs,
+                              size_t n_inputs,
+                              int64_t *out,
+                              size_t cap);
 
 /**
  * Writes the JSON array of backends this build contains (e.g. `["torch","cpu"]`)

@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <map>
 #include <string>
 #include <stdexcept>
@@ -384,6 +386,49 @@ ENKAI_SCALAR_OPERATOR(/)
 inline Tensor operator-(const Tensor& a) { return a * int64_t{-1}; }
 
 /// Matrix product (`*` is elementwise, as in torch).
+namespace detail {
+// The exception a span function threw on this thread, for the caller of
+// the library call that ran it (nothing is thrown across the C ABI).
+inline std::exception_ptr& span_failure() {
+  thread_local std::exception_ptr e;
+  return e;
+}
+inline int64_t span_call(void* ctx, const int64_t* inputs, std::size_t n, int64_t* out, std::size_t cap) {
+  try {
+    Tensors in;
+    for (std::size_t i = 0; i < n; i++) in.push_back(Tensor::borrow(inputs[i]));
+    Tensors res = (*static_cast<std::function<Tensors(const Tensors&)>*>(ctx))(in);
+    if (res.size() > cap) throw std::length_error("checkpoint: the function returned more outputs than cap");
+    for (std::size_t i = 0; i < res.size(); i++) out[i] = res[i].release();
+    return static_cast<int64_t>(res.size());
+  } catch (...) {
+    span_failure() = std::current_exception();
+    return -1;
+  }
+}
+inline void span_release(void* ctx) { delete static_cast<std::function<Tensors(const Tensors&)>*>(ctx); }
+}  // namespace detail
+
+/// `torch.utils.checkpoint.checkpoint(fn, inputs...)`: `fn(inputs)` without
+/// keeping its activations; the backward pass runs `fn` again (see
+/// `enkai_grad_checkpoint`). An exception `fn` throws in this first run is
+/// rethrown here; one in the recomputation makes `backward` throw E_AUTOGRAD.
+inline Tensors checkpoint(std::function<Tensors(const Tensors&)> fn, const Tensors& inputs, std::size_t cap = 64) {
+  auto* owned = new std::function<Tensors(const Tensors&)>(std::move(fn));
+  std::vector<int64_t> in;
+  for (const Tensor& t : inputs) in.push_back(t.handle());
+  std::vector<int64_t> out(cap);
+  detail::span_failure() = nullptr;
+  int64_t n = enkai_grad_checkpoint(detail::span_call, detail::span_release, owned, in.data(), in.size(), out.data(), cap);
+  if (n < 0) {
+    if (std::exception_ptr e = std::exchange(detail::span_failure(), nullptr)) std::rethrow_exception(e);
+    detail::throw_last_error();
+  }
+  Tensors res;
+  for (int64_t i = 0; i < n; i++) res.push_back(Tensor::adopt(out[i]));
+  return res;
+}
+
 inline Tensor matmul(const Tensor& a, const Tensor& b) { return Tensor::adopt(enkai_tensor_matmul(a.handle(), b.handle())); }
 inline Tensor concat(const Tensors& ts, int64_t dim) {
   return Tensor::adopt(enkai_tensor_concat(detail::handle_list(ts).c_str(), dim));

@@ -161,6 +161,26 @@ fn enter_with(policy: &[(Device, DType)]) -> Result<()> {
     Ok(())
 }
 
+/// This thread's autocast settings on every device, as a region saves them.
+#[derive(Clone, Copy)]
+pub(crate) struct AutocastSnapshot([AutocastState; 2], Option<DType>);
+
+impl AutocastSnapshot {
+    pub(crate) fn now() -> AutocastSnapshot {
+        AutocastSnapshot(DEVICES.map(imp::autocast_get), imp::native_autocast())
+    }
+
+    /// Puts these settings in force; returns the ones they replace.
+    pub(crate) fn apply(self) -> Result<AutocastSnapshot> {
+        let before = AutocastSnapshot::now();
+        imp::set_native_autocast(self.1);
+        for (dev, s) in DEVICES.into_iter().zip(self.0) {
+            imp::autocast_set(dev, s)?;
+        }
+        Ok(before)
+    }
+}
+
 /// bf16 autocast on the CPU and fp16 on CUDA, for this thread, until `exit`.
 pub fn enter() -> Result<()> {
     enter_with(&[(Device::Cpu, DType::BF16), (Device::Cuda(0), DType::F16)])

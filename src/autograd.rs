@@ -161,3 +161,152 @@ pub fn set_grad_enabled(enabled: i32) -> Result<bool> {
 pub fn is_grad_enabled() -> bool {
     imp::is_grad_enabled()
 }
+
+// ------------------------------------------------------ gradient checkpointing
+
+/// The caller's function for a checkpointed span: borrowed input handles
+/// in, new output handles (now the library's) out.
+pub type SpanFn = std::sync::Arc<dyn Fn(&[i64]) -> Result<Vec<i64>> + Send + Sync>;
+
+/// Restores the grad mode, the generator state and the autocast settings
+/// the recomputation changed, on every exit path.
+struct Recompute {
+    grad: imp::GradModes,
+    rng: Option<imp::Raw>,
+    autocast: crate::amp::AutocastSnapshot,
+}
+
+impl Drop for Recompute {
+    fn drop(&mut self) {
+        imp::restore_grad_modes(self.grad);
+        if let Some(r) = self.rng.take() {
+            let _ = imp::set_rng_state(&r);
+        }
+        let _ = self.autocast.apply();
+    }
+}
+
+/// Output handles a span function returned, released unless kept.
+struct Owned(Vec<i64>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|h| drop(TENSORS.release(*h)));
+    }
+}
+
+/// Runs `f` and takes its outputs: live tensor handles of one backend.
+fn run_span(f: &SpanFn, inputs: &[i64], when: &str) -> Result<(Owned, Vec<imp::Raw>)> {
+    let outs = Owned(f(inputs)?);
+    let live = TENSORS.get_many(&outs.0).map_err(|e| crate::err!(E_INVALID_ARG, "checkpoint: {when}, the function returned a bad handle: {}: {}", e.code.name(), e.detail))?;
+    let raws = live.iter().map(|t| imp::shallow(&t.raw)).collect();
+    Ok((outs, raws))
+}
+
+/// `torch.utils.checkpoint.checkpoint(f, *inputs)`: runs `f` and returns
+/// its outputs (new handles) without keeping the activations inside it;
+/// the backward pass runs `f` again, with the generator state and autocast
+/// settings of the first run, and back-propagates through that.
+///
+/// Unlike PyTorch's reentrant variant, the leaves `f` uses without receiving
+/// them (a layer's weights) get their gradients even when no input requires
+/// grad, as with `use_reentrant=False`: the first run records a graph only
+/// to find those leaves, and frees it (with the activations) before
+/// returning. Outside grad mode `f` just runs.
+pub fn checkpoint(f: SpanFn, inputs: &[i64]) -> Result<Vec<i64>> {
+    let ins = TENSORS.get_many(inputs)?;
+    let b = crate::backend::same_backend("checkpoint", &ins.iter().map(|t| &**t).collect::<Vec<_>>())?;
+    let in_raws: Vec<imp::Raw> = ins.iter().map(|t| imp::shallow(&t.raw)).collect();
+    drop(ins);
+    if !imp::is_grad_enabled() {
+        let (mut outs, _) = run_span(&f, inputs, "running")?;
+        return Ok(std::mem::take(&mut outs.0));
+    }
+    let rng = imp::rng_state(b)?;
+    let autocast = crate::amp::AutocastSnapshot::now();
+    let (detached, leaves, n_out) = {
+        let (_outs, raws) = run_span(&f, inputs, "running")?;
+        let leaves = imp::graph_leaves(&raws.iter().collect::<Vec<_>>())?;
+        let detached = raws.iter().map(imp::detach).collect::<Result<Vec<_>>>()?;
+        (detached, leaves, raws.len())
+        // The first run's graph, and the activations it saved, go here.
+    };
+    let mut node_inputs: Vec<&imp::Raw> = in_raws.iter().collect();
+    node_inputs.extend(leaves.iter());
+    let n_leaves = leaves.len();
+    let saved = in_raws.iter().map(imp::shallow).collect::<Vec<_>>();
+    let backward: crate::backend::contract::CustomBackward<imp::Raw> = Box::new(move |grads| {
+        recompute(&f, &saved, rng, autocast, grads, n_out, b).map(|mut g| {
+            g.extend((0..n_leaves).map(|_| None));
+            g
+        })
+    });
+    let linked = imp::custom_node("CheckpointFunctionBackward", &node_inputs, detached, backward)?;
+    let mut out = Vec::with_capacity(linked.len());
+    for r in linked {
+        match register(b, r) {
+            Ok(h) => out.push(h),
+            Err(e) => {
+                drop(Owned(out));
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The backward of a checkpointed span: `f` again on detached copies of the
+/// inputs, then a backward pass from its outputs with `grads`. Leaves used
+/// inside accumulate their gradients there; the inputs' are returned.
+fn recompute(
+    f: &SpanFn,
+    inputs: &[imp::Raw],
+    rng: imp::Raw,
+    autocast: crate::amp::AutocastSnapshot,
+    grads: Vec<Option<imp::Raw>>,
+    n_out: usize,
+    b: crate::backend::BackendId,
+) -> Result<Vec<Option<imp::Raw>>> {
+    let fail = |e: crate::Error| crate::err!(E_AUTOGRAD, "checkpoint: recomputing the span failed: {}: {}", e.code.name(), e.detail);
+    let mut restore = Recompute { grad: imp::swap_grad_modes(true), rng: None, autocast: autocast.apply().map_err(fail)? };
+    restore.rng = Some(imp::rng_state(b).map_err(fail)?);
+    imp::set_rng_state(&rng).map_err(fail)?;
+    let mut copies = Vec::with_capacity(inputs.len());
+    let mut handles = Owned(Vec::with_capacity(inputs.len()));
+    for x in inputs {
+        let d = imp::detach(x).map_err(fail)?;
+        if imp::requires_grad(x) {
+            imp::set_requires_grad(&d, true).map_err(fail)?;
+        }
+        handles.0.push(register(b, imp::shallow(&d)).map_err(fail)?);
+        copies.push(d);
+    }
+    let (_outs, raws) = run_span(f, &handles.0, "recomputing").map_err(fail)?;
+    drop(restore);
+    if raws.len() != n_out {
+        crate::bail!(E_AUTOGRAD, "checkpoint: the span gave {} outputs when recomputed, {n_out} in the forward pass", raws.len());
+    }
+    let mut roots = Vec::new();
+    let mut seeds = Vec::new();
+    for (i, (o, g)) in raws.iter().zip(&grads).enumerate() {
+        let Some(g) = g else { continue };
+        if !imp::requires_grad(o) {
+            continue;
+        }
+        let (so, sg) = (imp::shape(o), imp::shape(g));
+        if so != sg {
+            crate::bail!(
+                E_AUTOGRAD,
+                "checkpoint: output {i} has shape {} when recomputed, {} in the forward pass",
+                json::write_int_list(&so),
+                json::write_int_list(&sg)
+            );
+        }
+        roots.push(o);
+        seeds.push(g);
+    }
+    if !roots.is_empty() {
+        imp::backward_with(&roots, &seeds)?;
+    }
+    copies.iter().map(|c| if imp::requires_grad(c) { imp::grad(c) } else { Ok(None) }).collect()
+}

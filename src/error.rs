@@ -251,6 +251,16 @@ pub fn set(e: &Error) {
     });
 }
 
+/// This thread's last error, if one is set.
+pub fn last() -> Option<Error> {
+    LAST.with(|l| {
+        let text = l.text.borrow();
+        let text = text.as_ref()?.to_string_lossy();
+        Some(Error::new(l.code.get(), text.split_once(": ").map_or(&*text, |(_, d)| d)))
+    })
+    .filter(|e| e.code != Code::E_OK)
+}
+
 pub fn last_code() -> Code {
     LAST.with(|l| l.code.get())
 }

@@ -14,6 +14,7 @@ import json
 import numbers
 import os
 import struct
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from . import _dlpack, _format
@@ -46,10 +47,21 @@ class EnkaiError(Exception):
         self.code, self.number = code, number
 
 
+# An exception a Python callback (a checkpointed span) raised inside the
+# current library call on this thread: the call's error is chained to it.
+_callback_failure = threading.local()
+
+
 def _raise() -> NoReturn:
     text = lib.enkai_tensor_last_error()
     text = text.decode() if text else "E_INTERNAL: failed without an error message"
-    raise EnkaiError(text, text.split(":", 1)[0], lib.enkai_tensor_last_error_code())
+    code = lib.enkai_tensor_last_error_code()
+    cause, _callback_failure.exc = getattr(_callback_failure, "exc", None), None
+    # Raised unnamed: a local holding the error would make a cycle through
+    # its traceback, and keep the failed call's arguments alive until a GC.
+    if cause is not None:
+        raise EnkaiError(text, text.split(":", 1)[0], code) from cause
+    raise EnkaiError(text, text.split(":", 1)[0], code)
 
 
 def _check_handle(h: int) -> int:

@@ -14,6 +14,11 @@ c_f64_p = ctypes.POINTER(ctypes.c_double)
 c_u32_p = ctypes.POINTER(ctypes.c_uint32)
 
 
+# enkai_grad_checkpoint's span function and release callback.
+CHECKPOINT_FN = ctypes.CFUNCTYPE(c_i64, c_void_p, ctypes.POINTER(c_i64), c_size, ctypes.POINTER(c_i64), c_size)
+RELEASE_FN = ctypes.CFUNCTYPE(None, c_void_p)
+
+
 class EnkaiSlice(ctypes.Structure):
     _fields_ = [("ptr", c_u8_p), ("len", c_size)]
 
@@ -43,6 +48,8 @@ SIGNATURES = {
     "enkai_is_grad_enabled": (c_int, []),
     "enkai_op": (c_i64, [c_str, ctypes.POINTER(c_i64), c_size, c_str, ctypes.POINTER(c_i64), c_size]),
     "enkai_op_schema": (EnkaiSlice, []),
+    "enkai_grad_checkpoint": (c_i64, [CHECKPOINT_FN, RELEASE_FN, c_void_p, ctypes.POINTER(c_i64), c_size,
+                                      ctypes.POINTER(c_i64), c_size]),
     "enkai_tensor_retain": (c_int, [c_i64]),
     "enkai_tensor_free": (c_int, [c_i64]),
     "enkai_tensor_randn": (c_i64, [c_str, c_str, c_i64]),

@@ -165,7 +165,25 @@ pub trait Autograd: Backend {
     /// `torch.nn.utils.clip_grad_norm_` on the grads themselves; returns
     /// the total norm before clipping.
     fn clip_grad_norm(grads: &[&Self::Raw], max_norm: f64, norm_type: f64) -> Result<f64>;
+    /// `x.detach()`: the same storage, no history, not requiring grad.
+    fn detach(x: &Self::Raw) -> Result<Self::Raw>;
+    /// The leaves that require grad and that `outs`' histories reach (an
+    /// output that is such a leaf included), each once.
+    fn graph_leaves(outs: &[&Self::Raw]) -> Result<Vec<Self::Raw>>;
+    /// `torch.autograd.backward(outs, grads)`; every `outs[i]` requires
+    /// grad and `grads[i]` has its shape.
+    fn backward_with(outs: &[&Self::Raw], grads: &[&Self::Raw]) -> Result<()>;
+    /// Gives the fresh, history-less `outs` one node over `inputs`, as a
+    /// custom `torch.autograd.Function` (when grad mode is on and an input
+    /// requires grad; otherwise they are returned as they are). Floating
+    /// outputs only get a history.
+    fn custom_node(name: &'static str, inputs: &[&Self::Raw], outs: Vec<Self::Raw>, backward: CustomBackward<Self::Raw>) -> Result<Vec<Self::Raw>>;
 }
+
+/// A custom node's backward: one gradient per output in (`None` where the
+/// backward pass brought none), one per input out (`None`: no gradient).
+/// Runs at most once; dropped unrun when the graph is.
+pub type CustomBackward<R> = Box<dyn FnOnce(Vec<Option<R>>) -> Result<Vec<Option<R>>> + Send + Sync>;
 
 /// Training state: the optimizer step, the GradScaler, the generator.
 pub trait Train: Backend {

@@ -162,6 +162,30 @@ pub fn set_grad_enabled(on: bool) -> bool {
     Native::set_grad_enabled(on)
 }
 
+/// Each backend's grad mode on this thread. They part only inside a
+/// backward pass, which turns off its own backend's mode alone.
+#[derive(Clone, Copy)]
+pub struct GradModes {
+    #[cfg(feature = "torch")]
+    torch: bool,
+    native: bool,
+}
+
+/// Sets both backends' grad modes to `on`, returning what each was.
+pub fn swap_grad_modes(on: bool) -> GradModes {
+    GradModes {
+        #[cfg(feature = "torch")]
+        torch: Torch::set_grad_enabled(on),
+        native: Native::set_grad_enabled(on),
+    }
+}
+
+pub fn restore_grad_modes(m: GradModes) {
+    #[cfg(feature = "torch")]
+    Torch::set_grad_enabled(m.torch);
+    Native::set_grad_enabled(m.native);
+}
+
 /// The native backend keeps the mode both follow (see `set_grad_enabled`).
 pub fn is_grad_enabled() -> bool {
     native::is_grad_enabled()
@@ -354,6 +378,32 @@ pub fn requires_grad(t: &Raw) -> bool {
 
 pub fn backward(x: &Raw) -> Result<()> {
     each!(x, B, x => B::backward(x))
+}
+
+pub fn detach(x: &Raw) -> Result<Raw> {
+    each!(x, B, x => B::detach(x).map(B::wrap))
+}
+
+pub fn graph_leaves(outs: &[&Raw]) -> Result<Vec<Raw>> {
+    on_id!(first(outs), B => B::graph_leaves(&all::<B>(outs)?).map(wrap_all::<B>))
+}
+
+pub fn backward_with(outs: &[&Raw], grads: &[&Raw]) -> Result<()> {
+    on_id!(first(outs), B => B::backward_with(&all::<B>(outs)?, &all::<B>(grads)?))
+}
+
+/// `Autograd::custom_node` over either backend; `backward` sees and returns
+/// tensors of the backend that made `outs`.
+pub fn custom_node(name: &'static str, inputs: &[&Raw], outs: Vec<Raw>, backward: super::contract::CustomBackward<Raw>) -> Result<Vec<Raw>> {
+    let b = outs.first().map_or_else(|| first(inputs), Raw::backend);
+    on_id!(b, B => {
+        let outs = outs.iter().map(|o| B::of(o).map(B::shallow)).collect::<Result<Vec<_>>>()?;
+        let adapted: super::contract::CustomBackward<<B as Backend>::Raw> = Box::new(move |gs| {
+            let back = backward(gs.into_iter().map(|g| g.map(B::wrap)).collect())?;
+            back.into_iter().map(|g| g.map(|g| B::of(&g).map(B::shallow)).transpose()).collect()
+        });
+        B::custom_node(name, &all::<B>(inputs)?, outs, adapted).map(wrap_all::<B>)
+    })
 }
 
 pub fn grad(x: &Raw) -> Result<Option<Raw>> {

@@ -2,7 +2,7 @@
 //! in the `*_multi` functions a 0 entry is skipped, and every handle is
 //! checked before anything changes.
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 
 use super::{guard, guard_or, out_arg, status, str_arg, OutStr};
 use crate::{autograd, json};
@@ -134,4 +134,122 @@ pub extern "C" fn enkai_set_grad_enabled(enabled: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn enkai_is_grad_enabled() -> c_int {
     guard(|| Ok(c_int::from(autograd::is_grad_enabled())))
+}
+
+/// The function of a checkpointed span (`enkai_grad_checkpoint`): reads the
+/// borrowed handles `inputs` and writes up to `cap` output handles to
+/// `out`, each a new reference that passes to the library (as `enkai_op`
+/// writes them); returns how many, or -1 on failure (the last error it
+/// left, if any, is reported).
+pub type EnkaiCheckpointFn = Option<unsafe extern "C" fn(ctx: *mut c_void, inputs: *const i64, n_inputs: usize, out: *mut i64, cap: usize) -> i64>;
+
+/// Called once with `ctx` when the library no longer needs a checkpointed
+/// span's function and context.
+pub type EnkaiReleaseFn = Option<unsafe extern "C" fn(ctx: *mut c_void)>;
+
+/// The caller's function and context, called from whichever thread runs
+/// the backward pass (the caller's contract, see `enkai_grad_checkpoint`);
+/// `release(ctx)` runs when the last copy of the span is dropped.
+struct Span {
+    f: unsafe extern "C" fn(*mut c_void, *const i64, usize, *mut i64, usize) -> i64,
+    release: EnkaiReleaseFn,
+    ctx: *mut c_void,
+    cap: usize,
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        if let Some(r) = self.release {
+            // SAFETY: the caller's release function, run once with its context.
+            unsafe { r(self.ctx) };
+        }
+    }
+}
+
+// SAFETY: `enkai_grad_checkpoint` makes the caller promise that `f` and
+// `ctx` may be used from the thread that runs the backward pass.
+unsafe impl Send for Span {}
+unsafe impl Sync for Span {}
+
+impl Span {
+    fn call(&self, inputs: &[i64]) -> crate::error::Result<Vec<i64>> {
+        let mut out = vec![0i64; self.cap];
+        crate::error::clear();
+        // SAFETY: the caller's function, with `inputs.len()` handles and `cap` slots.
+        let n = unsafe { (self.f)(self.ctx, inputs.as_ptr(), inputs.len(), out.as_mut_ptr(), self.cap) };
+        let failed = crate::error::last();
+        crate::error::clear();
+        match usize::try_from(n) {
+            Ok(n) if n <= self.cap => {
+                out.truncate(n);
+                Ok(out)
+            }
+            Ok(n) => crate::bail!(E_INVALID_ARG, "checkpoint: the function returned {n} outputs, more than cap {}", self.cap),
+            Err(_) => Err(match failed {
+                Some(e) => crate::error::Error::new(e.code, format!("checkpoint: the function failed: {}", e.detail)),
+                None => crate::err!(E_INVALID_ARG, "checkpoint: the function returned {n} without an error set"),
+            }),
+        }
+    }
+}
+
+/// `torch.utils.checkpoint.checkpoint(fn, *inputs)`: runs
+/// `fn(ctx, inputs, n_inputs, out, cap)` and writes its outputs to `out`
+/// (new handles owned by the caller), keeping none of the activations
+/// inside the span. The backward pass runs `fn` once more, on detached
+/// copies of the inputs, with the generator state and autocast settings of
+/// the first run, and back-propagates through that run: the gradients
+/// equal those without checkpointing. The leaves `fn` uses without
+/// receiving them (weights it reaches through `ctx`) get their gradients
+/// too, as with PyTorch's `use_reentrant=False`. Outside grad mode `fn`
+/// just runs. Returns the number of outputs, or -1 with `E_NULL_POINTER`
+/// (`fn`, or `inputs`/`out` with a non-zero count), `E_HANDLE_*`,
+/// `E_BACKEND_MISMATCH`, `E_INVALID_ARG` (`fn` returned more than `cap`
+/// outputs or a bad handle, or -1 with no error set); when `fn` fails with
+/// an error set, that error's code, its detail quoted. A failure of the
+/// second run is `E_AUTOGRAD` from the backward call.
+///
+/// `release` (may be NULL) is called once with `ctx` when the library no
+/// longer needs `fn` and `ctx`: when the backward pass has run, when the
+/// outputs' graph is freed unrun, or before this call returns when nothing
+/// needs the span again (an error, grad mode off, no input or leaf that
+/// requires grad). It may run on any thread.
+///
+/// # Safety
+/// `inputs` points to `n_inputs` handles and `out` to `cap` writable slots
+/// (either may be NULL when its count is 0). `fn` and `ctx` stay valid, and
+/// callable from the thread that runs the backward pass, until `release`
+/// is called (with a NULL `release`: until the outputs' graph is freed);
+/// `fn` computes the same outputs on both runs.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_grad_checkpoint(
+    f: EnkaiCheckpointFn,
+    release: EnkaiReleaseFn,
+    ctx: *mut c_void,
+    inputs: *const i64,
+    n_inputs: usize,
+    out: *mut i64,
+    cap: usize,
+) -> i64 {
+    guard_or(-1, || {
+        // From here on `span` (or its drop) owns the release.
+        let Some(f) = f else {
+            drop(Span { f: never, release, ctx, cap: 0 });
+            crate::bail!(E_NULL_POINTER, "fn is NULL")
+        };
+        let span = Span { f, release, ctx, cap };
+        let inputs = unsafe { super::bytes_arg(inputs, n_inputs, "inputs")? };
+        if out.is_null() && cap > 0 {
+            crate::bail!(E_NULL_POINTER, "out is NULL but cap is {cap}");
+        }
+        let outs = autograd::checkpoint(std::sync::Arc::new(move |ins: &[i64]| span.call(ins)), inputs)?;
+        // SAFETY: `out` has `cap` slots, and `checkpoint` returns at most `cap` handles.
+        unsafe { std::ptr::copy_nonoverlapping(outs.as_ptr(), out, outs.len()) };
+        Ok(outs.len() as i64)
+    })
+}
+
+/// Stands in for a NULL span function, so its release still runs once.
+unsafe extern "C" fn never(_: *mut c_void, _: *const i64, _: usize, _: *mut i64, _: usize) -> i64 {
+    -1
 }

@@ -260,16 +260,49 @@ fn sum_grads(prev: Raw, g: &Raw) -> Result<Raw> {
 pub fn backward(loss: &Raw) -> Result<()> {
     let _no_grad = NoGrad::new();
     let ones = ops::full_like(loss, 1.0)?;
-    let root = match loss.0.grad_fn() {
-        Some(n) => n,
-        None if loss.0.requires_grad.load(Ordering::Relaxed) => return accumulate(&loss.0, ones),
-        None => crate::bail!(E_AUTOGRAD, "element 0 of tensors does not require grad and does not have a grad_fn"),
-    };
-    // Dependencies: how many edges from nodes of this graph reach each node.
+    if loss.0.grad_fn().is_none() && !loss.0.requires_grad.load(Ordering::Relaxed) {
+        crate::bail!(E_AUTOGRAD, "element 0 of tensors does not require grad and does not have a grad_fn");
+    }
+    run(vec![(loss.clone(), ones)])
+}
+
+/// `torch.autograd.backward(roots, grads)`: every root back-propagates its
+/// gradient (of its shape) through one traversal of their joint graph.
+pub fn backward_with(roots: &[&Raw], grads: &[&Raw]) -> Result<()> {
+    let _no_grad = NoGrad::new();
+    for (i, r) in roots.iter().enumerate() {
+        if !r.requires_grad() {
+            crate::bail!(E_AUTOGRAD, "element {i} of tensors does not require grad and does not have a grad_fn");
+        }
+    }
+    run(roots.iter().zip(grads).map(|(r, g)| ((*r).clone(), (*g).clone())).collect())
+}
+
+fn run(roots: Vec<(Raw, Raw)>) -> Result<()> {
     let key = |n: &Arc<Node>| Arc::as_ptr(n) as usize;
+    let mut grads: HashMap<usize, Raw> = HashMap::new();
+    let mut starts: Vec<Arc<Node>> = Vec::new();
+    for (r, g) in roots {
+        let g = fit(g, r.shape(), r.dtype())?;
+        match r.0.grad_fn() {
+            Some(n) => {
+                let k = key(&n);
+                let sum = match grads.remove(&k) {
+                    Some(prev) => sum_grads(prev, &g)?,
+                    None => {
+                        starts.push(n);
+                        g
+                    }
+                };
+                grads.insert(k, sum);
+            }
+            None => accumulate(&r.0, g)?,
+        }
+    }
+    // Dependencies: how many edges from nodes of this graph reach each node.
     let mut deps: HashMap<usize, usize> = HashMap::new();
-    let mut stack = vec![root.clone()];
-    let mut seen = std::collections::HashSet::from([key(&root)]);
+    let mut stack = starts.clone();
+    let mut seen: std::collections::HashSet<usize> = starts.iter().map(key).collect();
     while let Some(n) = stack.pop() {
         for e in n.edges.iter().flatten() {
             if let Target::Node(m) = &e.target {
@@ -280,48 +313,128 @@ pub fn backward(loss: &Raw) -> Result<()> {
             }
         }
     }
-    let mut grads: HashMap<usize, Raw> = HashMap::from([(key(&root), ones)]);
-    let mut ready = vec![root];
+    // A root that another root reaches waits for its gradient from there too.
+    let mut ready: Vec<Arc<Node>> = starts.into_iter().filter(|n| !deps.contains_key(&key(n))).collect();
     while let Some(n) = ready.pop() {
-        let g = grads.remove(&key(&n)).expect("a ready node has its gradient");
-        let f = n.backward.lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
-            crate::err!(
-                E_AUTOGRAD,
-                "trying to backward through the graph a second time ({} was already freed); compute the loss again",
-                n.name
-            )
-        })?;
-        for sv in &n.saved {
-            sv.check(n.name)?;
-        }
-        let gs = f(&g)?;
-        for (e, gi) in n.edges.iter().zip(gs) {
-            let (Some(e), Some(gi)) = (e, gi) else { continue };
-            if e.stale {
-                crate::bail!(
-                    E_AUTOGRAD,
-                    "a view used by {} was made before an in-place operation on its base rewrote the base's history, so its gradient would be wrong; on the cpu backend, make the view again after the in-place operation",
-                    n.name
-                );
+        // A node that no gradient reached (every path to it gave none) does
+        // not run; its inputs get none from it, and their counts still fall.
+        let gs = match grads.remove(&key(&n)) {
+            Some(g) => {
+                let f = n.backward.lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
+                    crate::err!(
+                        E_AUTOGRAD,
+                        "trying to backward through the graph a second time ({} was already freed); compute the loss again",
+                        n.name
+                    )
+                })?;
+                for sv in &n.saved {
+                    sv.check(n.name)?;
+                }
+                f(&g)?
             }
-            let gi = fit(gi, &e.shape, e.dtype)?;
-            match &e.target {
-                Target::Leaf(leaf) => accumulate(leaf, gi)?,
-                Target::Node(m) => {
-                    let k = key(m);
-                    let sum = match grads.remove(&k) {
-                        Some(prev) => sum_grads(prev, &gi)?,
-                        None => gi,
-                    };
-                    grads.insert(k, sum);
-                    let d = deps.get_mut(&k).expect("counted above");
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push(m.clone());
+            None => Vec::new(),
+        };
+        for (e, gi) in n.edges.iter().zip(gs.into_iter().chain(std::iter::repeat_with(|| None))) {
+            let Some(e) = e else { continue };
+            if let Some(gi) = gi {
+                if e.stale {
+                    crate::bail!(
+                        E_AUTOGRAD,
+                        "a view used by {} was made before an in-place operation on its base rewrote the base's history, so its gradient would be wrong; on the cpu backend, make the view again after the in-place operation",
+                        n.name
+                    );
+                }
+                let gi = fit(gi, &e.shape, e.dtype)?;
+                match &e.target {
+                    Target::Leaf(leaf) => accumulate(leaf, gi)?,
+                    Target::Node(m) => {
+                        let k = key(m);
+                        let sum = match grads.remove(&k) {
+                            Some(prev) => sum_grads(prev, &gi)?,
+                            None => gi,
+                        };
+                        grads.insert(k, sum);
                     }
+                }
+            }
+            if let Target::Node(m) = &e.target {
+                let d = deps.get_mut(&key(m)).expect("counted above");
+                *d -= 1;
+                if *d == 0 {
+                    ready.push(m.clone());
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Gives the fresh `outs` one shared history over `inputs`, as a custom
+/// `torch.autograd.Function` has: `backward` runs once, after every output
+/// the backward pass reaches has its gradient (an output it does not reach
+/// gets `None`). Outputs that are not floating get no history.
+///
+/// A node here has one output, so the outputs' nodes feed a hidden 0-d
+/// "hub" whose node holds `backward`; the engine's dependency count runs
+/// the hub after all of them.
+pub fn custom_node(name: &'static str, inputs: &[&Raw], outs: Vec<Raw>, backward: crate::backend::contract::CustomBackward<Raw>) -> Result<Vec<Raw>> {
+    if !needs_grad(inputs) {
+        return Ok(outs);
+    }
+    let slots: Arc<Mutex<Vec<Option<Raw>>>> = Arc::new(Mutex::new(vec![None; outs.len()]));
+    let taken = slots.clone();
+    let hub = record(Raw::zeros(&[], DType::F32)?, name, inputs, move |_| {
+        let grads = std::mem::take(&mut *taken.lock().unwrap_or_else(|e| e.into_inner()));
+        backward(grads)
+    });
+    let mut linked = Vec::with_capacity(outs.len());
+    for (i, o) in outs.into_iter().enumerate() {
+        if !o.dtype().is_float() {
+            linked.push(o);
+            continue;
+        }
+        let slots = slots.clone();
+        let zero = Raw::zeros(&[], DType::F32)?;
+        linked.push(record(o.detached(), name, &[&hub], move |g| {
+            slots.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(g.clone());
+            Ok(vec![Some(zero)])
+        }));
+    }
+    Ok(linked)
+}
+
+/// The leaves that require grad and that `outs`' histories reach (an output
+/// that is such a leaf included), each once.
+pub fn graph_leaves(outs: &[&Raw]) -> Vec<Raw> {
+    let mut leaves = Vec::new();
+    let mut seen_leaf = std::collections::HashSet::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack: Vec<Arc<Node>> = Vec::new();
+    for o in outs {
+        match o.0.grad_fn() {
+            Some(n) => stack.push(n),
+            None if o.0.requires_grad.load(Ordering::Relaxed) => {
+                if seen_leaf.insert(Arc::as_ptr(&o.0) as usize) {
+                    leaves.push((*o).clone());
+                }
+            }
+            None => {}
+        }
+    }
+    while let Some(n) = stack.pop() {
+        if !seen.insert(Arc::as_ptr(&n) as usize) {
+            continue;
+        }
+        for e in n.edges.iter().flatten() {
+            match &e.target {
+                Target::Node(m) => stack.push(m.clone()),
+                Target::Leaf(l) => {
+                    if seen_leaf.insert(Arc::as_ptr(l) as usize) {
+                        leaves.push(Raw(l.clone()));
+                    }
+                }
+            }
+        }
+    }
+    leaves
 }

@@ -312,6 +312,22 @@ impl Autograd for Native {
         }
     }
 
+    fn detach(x: &Raw) -> Result<Raw> {
+        Ok(x.detached())
+    }
+
+    fn graph_leaves(outs: &[&Raw]) -> Result<Vec<Raw>> {
+        Ok(autograd::graph_leaves(outs))
+    }
+
+    fn backward_with(outs: &[&Raw], grads: &[&Raw]) -> Result<()> {
+        autograd::backward_with(outs, grads)
+    }
+
+    fn custom_node(name: &'static str, inputs: &[&Raw], outs: Vec<Raw>, backward: crate::backend::contract::CustomBackward<Raw>) -> Result<Vec<Raw>> {
+        autograd::custom_node(name, inputs, outs, backward)
+    }
+
     fn all_finite(x: &Raw) -> Result<bool> {
         if !x.dtype().is_float() {
             return Ok(true);
