@@ -192,8 +192,10 @@ def test_the_spans_activations_are_not_kept():
     import sys
 
     def grown(use_ckpt):
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(et.__file__)))
+        env = dict(os.environ, PYTHONPATH=package_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         out = subprocess.run([sys.executable, "-c", PEAK_CHILD, et.backend_current(), str(use_ckpt)],
-                             capture_output=True, text=True, timeout=120, env=dict(os.environ))
+                             capture_output=True, text=True, timeout=120, env=env)
         assert out.returncode == 0, out.stderr
         return int(out.stdout.split()[-1])
 
