@@ -5,7 +5,7 @@ are dropped after the forward pass and recomputed in the backward pass
 import ctypes
 import itertools
 import threading
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict
 
 from .. import Tensor, _callback_failure, _raise, lib
 from .._lib import CHECKPOINT_FN, RELEASE_FN
@@ -25,7 +25,7 @@ def _release(ctx: Any) -> None:
         _live.pop(ctx or 0, None)
 
 
-def _trampoline(function: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], failures: List[BaseException]) -> Any:
+def _trampoline(function: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> Any:
     def call(_ctx: Any, inputs: Any, n: int, out: Any, cap: int) -> int:
         try:
             given = iter([Tensor.borrow(inputs[i]) for i in range(n)])
@@ -42,7 +42,6 @@ def _trampoline(function: Callable[..., Any], args: tuple, kwargs: Dict[str, Any
                 out[i] = o.handle
             return len(outs)
         except BaseException as e:  # noqa: BLE001 - reported by the caller, never across C
-            failures.append(e)
             _callback_failure.exc = e
             return -1
 
@@ -63,20 +62,21 @@ def checkpoint(function: Callable[..., Any], *args: Any, use_reentrant: Any = No
     E_AUTOGRAD, raised from it."""
     if not preserve_rng_state:
         raise ValueError("checkpoint: the generator state is always preserved (preserve_rng_state=False is not supported)")
-    failures: List[BaseException] = []
-    cb = _trampoline(function, args, kwargs, failures)
+    cb = _trampoline(function, args, kwargs)
     with _lock:
         ctx = next(_ids)
-        _live[ctx] = (cb, failures)
+        _live[ctx] = cb
     tensors = [a.handle for a in args if isinstance(a, Tensor)]
     inputs = (ctypes.c_int64 * max(len(tensors), 1))(*tensors)
     cap = 64
     out = (ctypes.c_int64 * cap)()
+    _callback_failure.exc = None
     n = lib.enkai_grad_checkpoint(cb, _release, ctx, inputs, len(tensors), out, cap)
     if n < 0:
-        if failures:
-            _callback_failure.exc = None
-            raise failures[-1]
+        # The function's own exception, as torch raises it; else the library's error.
+        failure, _callback_failure.exc = _callback_failure.exc, None
+        if failure is not None:
+            raise failure
         _raise()
     outs = [Tensor._from_handle(out[i]) for i in range(n)]
     return outs[0] if n == 1 else tuple(outs)
