@@ -231,9 +231,29 @@ unsafe fn gather_row<T: Elem, I: Elem>(o: *mut T, so: isize, i: *mut I, si: isiz
     Ok(())
 }
 
+/// Runs `write(out, src)`, a reduction of `src` into `out`, in fp32 when
+/// they are half and it adds or multiplies, rounding each element once
+/// into `out`: PyTorch's CPU scatter and index_add kernels accumulate half
+/// dtypes so (index_put's `accumulate` rounds every add, and keeps its own
+/// loop). Rounding each add differs from them by many ulps where a sum
+/// cancels.
+fn in_fp32(out: &Raw, src: &Raw, red: Red, write: impl FnOnce(&Raw, &Raw) -> Result<()>) -> Result<()> {
+    if red == Red::Set || !matches!(out.dtype(), DType::F16 | DType::BF16) {
+        return write(out, src);
+    }
+    let (wide, wide_src) = with_elem!(out.dtype(), T => (cast_to::<T, f32>(out)?, cast_to::<T, f32>(src)?));
+    write(&wide, &wide_src)?;
+    with_elem!(out.dtype(), T => copy_into::<f32, T>(out, &wide));
+    Ok(())
+}
+
 /// `out[p with p[d] = index[p]] (red)= src[p]` over the positions of `index`,
 /// in row-major order on this thread; `out` is a fresh tensor.
 fn scatter_raw(op: &str, out: &Raw, d: usize, index: &Raw, src: &Raw, red: Red, wrap: bool) -> Result<()> {
+    in_fp32(out, src, red, |out, src| scatter_rows(op, out, d, index, src, red, wrap))
+}
+
+fn scatter_rows(op: &str, out: &Raw, d: usize, index: &Raw, src: &Raw, red: Red, wrap: bool) -> Result<()> {
     if index.numel() == 0 {
         return Ok(());
     }
@@ -478,7 +498,14 @@ fn select(t: &Raw, d: usize, i: i64) -> Raw {
 }
 
 /// `out.select(d, idx[j]) (red)= alpha * src.select(d, j)` for each j in order; `out` is fresh.
-fn index_apply(out: &Raw, d: usize, idx: &[i64], src: &Raw, red: Red, alpha: Scalar) {
+fn index_apply(out: &Raw, d: usize, idx: &[i64], src: &Raw, red: Red, alpha: Scalar) -> Result<()> {
+    in_fp32(out, src, red, |out, src| {
+        index_rows(out, d, idx, src, red, alpha);
+        Ok(())
+    })
+}
+
+fn index_rows(out: &Raw, d: usize, idx: &[i64], src: &Raw, red: Red, alpha: Scalar) {
     with_elem!(out.dtype(), T => {
         let a = scalar_raw(alpha, T::DT).map(|a| a.slice::<T>()[0].up()).unwrap_or(<<T as Elem>::Acc as Arith>::ONE);
         for (j, &i) in idx.iter().enumerate() {
@@ -514,7 +541,7 @@ fn index_select(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let shape = x.shape().to_vec();
     Ok(vec![record(out, "IndexSelectBackward0", &[x], move |g| {
         let gx = Raw::zeros(&shape, g.dtype())?;
-        index_apply(&gx, d, &idx, g, Red::Add, Scalar::Int(1));
+        index_apply(&gx, d, &idx, g, Red::Add, Scalar::Int(1))?;
         Ok(vec![Some(gx)])
     })])
 }
@@ -534,7 +561,7 @@ fn index_write(call: &Call, ins: &[Option<&Raw>], op: &'static str, red: Red) ->
     }
     let alpha = call.scalar("alpha").unwrap_or(Scalar::Int(1));
     let out = fresh(x)?;
-    index_apply(&out, d, &idx, src, red, alpha);
+    index_apply(&out, d, &idx, src, red, alpha)?;
     if !needs_grad(&[x, src]) {
         return Ok(vec![out]);
     }
@@ -544,7 +571,7 @@ fn index_write(call: &Call, ins: &[Option<&Raw>], op: &'static str, red: Red) ->
             g.clone()
         } else {
             let gx = fresh(g)?;
-            index_apply(&gx, d, &idx, &Raw::zeros(&[], g.dtype())?, Red::Set, alpha);
+            index_apply(&gx, d, &idx, &Raw::zeros(&[], g.dtype())?, Red::Set, alpha)?;
             gx
         };
         let mut gs = index_select_raw(g, d, &idx)?;
