@@ -5,7 +5,7 @@ use crate::error::{Code, Result};
 use crate::handles::Ref;
 use crate::json;
 use crate::registry::TENSORS;
-use crate::tensor::{get, numel_of, register};
+use crate::tensor::{get, numel_of, register, register_all, Made};
 
 fn autograd_err(op: &str, e: crate::Error) -> crate::Error {
     if e.code == Code::E_TORCH {
@@ -186,18 +186,9 @@ impl Drop for Recompute {
     }
 }
 
-/// Output handles a span function returned, released unless kept.
-struct Owned(Vec<i64>);
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        self.0.iter().for_each(|h| drop(TENSORS.release(*h)));
-    }
-}
-
 /// Runs `f` and takes its outputs: live tensor handles of one backend.
-fn run_span(f: &SpanFn, inputs: &[i64], when: &str) -> Result<(Owned, Vec<imp::Raw>)> {
-    let outs = Owned(f(inputs)?);
+fn run_span(f: &SpanFn, inputs: &[i64], when: &str) -> Result<(Made, Vec<imp::Raw>)> {
+    let outs = Made(f(inputs)?);
     let live = TENSORS.get_many(&outs.0).map_err(|e| crate::err!(E_INVALID_ARG, "checkpoint: {when}, the function returned a bad handle: {}: {}", e.code.name(), e.detail))?;
     let raws = live.iter().map(|t| imp::shallow(&t.raw)).collect();
     Ok((outs, raws))
@@ -219,8 +210,7 @@ pub fn checkpoint(f: SpanFn, inputs: &[i64]) -> Result<Vec<i64>> {
     let in_raws: Vec<imp::Raw> = ins.iter().map(|t| imp::shallow(&t.raw)).collect();
     drop(ins);
     if !imp::is_grad_enabled() {
-        let (mut outs, _) = run_span(&f, inputs, "running")?;
-        return Ok(std::mem::take(&mut outs.0));
+        return Ok(run_span(&f, inputs, "running")?.0.keep());
     }
     let rng = imp::rng_state(b)?;
     let autocast = crate::amp::AutocastSnapshot::now();
@@ -241,18 +231,7 @@ pub fn checkpoint(f: SpanFn, inputs: &[i64]) -> Result<Vec<i64>> {
             g
         })
     });
-    let linked = imp::custom_node("CheckpointFunctionBackward", &node_inputs, detached, backward)?;
-    let mut out = Vec::with_capacity(linked.len());
-    for r in linked {
-        match register(b, r) {
-            Ok(h) => out.push(h),
-            Err(e) => {
-                drop(Owned(out));
-                return Err(e);
-            }
-        }
-    }
-    Ok(out)
+    register_all(b, imp::custom_node("CheckpointFunctionBackward", &node_inputs, detached, backward)?)
 }
 
 /// The backward of a checkpointed span: `f` again on detached copies of the
@@ -272,7 +251,7 @@ fn recompute(
     restore.rng = Some(imp::rng_state(b).map_err(fail)?);
     imp::set_rng_state(&rng).map_err(fail)?;
     let mut copies = Vec::with_capacity(inputs.len());
-    let mut handles = Owned(Vec::with_capacity(inputs.len()));
+    let mut handles = Made(Vec::with_capacity(inputs.len()));
     for x in inputs {
         let d = imp::detach(x).map_err(fail)?;
         if imp::requires_grad(x) {

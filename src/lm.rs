@@ -21,18 +21,7 @@ pub fn init(spec: &LmSpec, dev: i64, seed: i64) -> Result<Vec<i64>> {
     let d = tensor::device(dev)?;
     let b = backend::active_built()?;
     b.check_device(d)?;
-    let raws = imp::lm_init(b, &spec.layout(), d, seed)?;
-    let mut out = Vec::with_capacity(raws.len());
-    for r in raws {
-        match tensor::register(b, r) {
-            Ok(h) => out.push(h),
-            Err(e) => {
-                out.iter().for_each(|h| drop(TENSORS.release(*h)));
-                return Err(e);
-            }
-        }
-    }
-    Ok(out)
+    tensor::register_all(b, imp::lm_init(b, &spec.layout(), d, seed)?)
 }
 
 /// The spec a TinyLM parameter list implies (shapes give V, S, D, L).

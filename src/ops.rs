@@ -181,16 +181,7 @@ pub fn layernorm_backward(x: i64, w: i64, b: i64, eps: f64, grad: i64) -> Result
     let bk = backend::same_backend("layernorm_backward", &refs)?;
     let grads = imp::layernorm_backward(&tx.raw, &tw.raw, tb.as_ref().map(|t| &t.raw), eps, &tg.raw)
         .map_err(|e| diagnose("layernorm_backward", &refs, e, || layernorm_error(&tx, &tw, tb.as_deref())))?;
-    let mut out = Vec::with_capacity(3);
-    for g in grads {
-        match register(bk, g) {
-            Ok(h) => out.push(h),
-            Err(e) => {
-                out.iter().for_each(|h| drop(TENSORS.release(*h)));
-                return Err(e);
-            }
-        }
-    }
+    let mut out = tensor::register_all(bk, grads)?;
     out.resize(3, 0);
     Ok(out)
 }

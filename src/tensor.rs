@@ -37,6 +37,32 @@ pub fn register(backend: backend::BackendId, raw: imp::Raw) -> Result<i64> {
     TENSORS.insert(Tensor { backend, raw })
 }
 
+/// Handles made along a call of several steps, released again if a later
+/// step fails before `keep`.
+pub struct Made(pub Vec<i64>);
+
+impl Made {
+    pub fn keep(mut self) -> Vec<i64> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|h| drop(TENSORS.release(*h)));
+    }
+}
+
+/// Registers each of `raws`, or none: on a failure the handles already
+/// made are released.
+pub fn register_all(backend: backend::BackendId, raws: impl IntoIterator<Item = imp::Raw>) -> Result<Vec<i64>> {
+    let mut made = Made(Vec::new());
+    for raw in raws {
+        made.0.push(register(backend, raw)?);
+    }
+    Ok(made.keep())
+}
+
 /// Elements in `shape`, failing when the product overflows.
 pub fn numel_of(shape: &[i64]) -> Result<usize> {
     // libtorch counts elements in int64: a product past i64::MAX cannot be a tensor.

@@ -422,21 +422,6 @@ fn placed(cpu: imp::Raw, dev: Device) -> Result<imp::Raw> {
     }
 }
 
-/// Handles made while restoring, released again if a later step fails.
-struct Made(Vec<i64>);
-
-impl Made {
-    fn keep(mut self) -> Vec<i64> {
-        std::mem::take(&mut self.0)
-    }
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        self.0.iter().for_each(|h| drop(TENSORS.release(*h)));
-    }
-}
-
 /// How a restored optimizer is sharded.
 enum Sharding {
     /// As it was saved (sharded or not), as this rank.
@@ -456,7 +441,7 @@ fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u
         return Err(format_err(PARAMS, "metadata does not describe every tensor"));
     }
     let b = backend::active_built()?;
-    let mut made = Made(Vec::with_capacity(n));
+    let mut made = tensor::Made(Vec::with_capacity(n));
     let mut opt_state_entries = Vec::new();
     for i in 0..n {
         let cpu = by_name.remove(&format!("param_{i}")).ok_or_else(|| format_err(PARAMS, format!("param_{i} is missing")))?;
