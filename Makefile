@@ -92,7 +92,7 @@ notorch-test: notorch-build $(NOTORCH_TESTS) build/capi/fuzz build/capi/stress
 # the checkpoint tests cross between this library and the libtorch-free one.
 # Two workers (pytest-xdist): most of the suite's time is spent waiting on
 # subprocesses (ranks, builds, installs), which then overlap.
-python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm build/examples/causal_attention build/examples/accuracy build/examples/sample_tinylm build/examples/gpt2_generate build/examples/llama_generate build/examples/safetensors_inspect build/examples/digits_cnn build/examples/lstm_lm build/examples/llama_train
+python-test: build notorch-build build/capi/dist_worker build/examples/train_tinylm build/examples/causal_attention build/examples/accuracy build/examples/sample_tinylm build/examples/gpt2_generate build/examples/llama_generate build/examples/safetensors_inspect build/examples/digits_cnn build/examples/lstm_lm build/examples/llama_train build/examples/tensor_network
 	python -m pytest python/tests -q -n 2 --durations=15
 
 # The client-loop test loads the library with dlopen, as the Enkai runtime does.
@@ -159,7 +159,7 @@ fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000
 
 # Benchmarks print ratios taken in one run; they are not tests.
-bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/bench/native_ops_c build/bench/fma_peak build/examples/train_tinylm build/examples/gpt2_generate build/examples/llama_generate build/examples/llama_train
+bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/bench/native_ops_c build/bench/fma_peak build/examples/train_tinylm build/examples/gpt2_generate build/examples/llama_generate build/examples/llama_train build/examples/tensor_network
 	build/bench/native_c "$$(build/bench/fma_peak)"
 	python benches/native_ops_compare.py build/bench/native_ops_c
 	python benches/conv_compare.py build/bench/fma_peak
@@ -174,6 +174,7 @@ bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/na
 	python benches/generate_compare.py --arch gpt2 build/examples/gpt2_generate $(NOTORCH)
 	python benches/generate_compare.py --arch llama build/examples/llama_generate $(NOTORCH)
 	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/attention_compare.py
+	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/einsum_compare.py
 	python benches/cnn_compare.py $(NOTORCH)
 	python benches/grad_checkpoint_compare.py build/examples/llama_train $(NOTORCH)
 

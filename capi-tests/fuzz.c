@@ -1454,7 +1454,8 @@ static const char *op_kwargs(void) {
     static int which;
     char *b = buf[which++ & 3];
     static const char *const values[] = {"1", "-1", "0", "2.5", "true", "false", "null", "[0]", "[-1, 0]", "\"tanh\"",
-                                         "\"fp32\"", "\"none\"", "-Infinity", "NaN", "1e308", "[]", "{}", "\"\""};
+                                         "\"fp32\"", "\"none\"", "-Infinity", "NaN", "1e308", "[]", "{}", "\"\"",
+                                         "\"ij,jk\"", "\"...ii->...\"", "\"i,i,i->\"", "\"a,b->ab\"", "[0, 1, 0, 1]"};
     switch (below(6)) {
     case 0: return NULL;
     case 1: return "{}";
@@ -1471,6 +1472,20 @@ static const char *op_kwargs(void) {
 }
 
 OP(generic) {
+    if (chance(3)) {
+        static const char *const eqs[] = {"ij,jk->ik", "ii", "...ij,...jk", "i,i,i,i->i", "ab,bc,cd,de->ae", "i.j", "ij->ii", ""};
+        static const char *const shapes[] = {"[[2,3],[3,4]]", "[[3,3]]", "[[2,3],[3,4],[4,5],[5,6]]", "[[2**40]]", "[]",
+                                             "[[-1]]", "[[4],[4],[4],[4]]", "[[1,2],[2,3],[3,4],[4,5]]", "[[3000000000,3000000000],[3000000000,3000000000]]"};
+        const char *eq = chance(80) ? PICK(eqs) : hostile_string();
+        const char *sh = chance(80) ? PICK(shapes) : hostile_string();
+        char *text = NULL;
+        size_t len = 0;
+        CALL(enkai_einsum_path); logcall("einsum_path(%.40s, %.60s)", eq ? eq : "NULL", sh ? sh : "NULL");
+        int r = enkai_einsum_path(eq, sh, chance(95) ? &text : NULL, chance(95) ? &len : NULL);
+        outcome(r != 0);
+        if (r == 0) enkai_tensor_string_free(text);
+        return;
+    }
     if (chance(3)) {
         CALL(enkai_op_schema); logcall("op_schema()");
         EnkaiSlice s = enkai_op_schema();

@@ -1028,6 +1028,27 @@ int64_t enkai_op(const char *name,
 struct EnkaiSlice enkai_op_schema(void);
 
 /**
+ * `torch.einsum`'s contraction order for operands of the shapes in
+ * `shapes_json` (a JSON list, one shape per operand): writes
+ * `{"path": [[0, 1], ...], "flops": N}` to `*out` (malloc'ed; free with
+ * `enkai_tensor_string_free`). The path is the one `enkai_op("einsum")`
+ * runs, in `opt_einsum`'s positional form (each step names two places in
+ * the current list of terms, whose result goes to its end); `flops` is
+ * its cost by `opt_einsum`'s count. With up to 12 operands the order is
+ * the one of least FLOPs; beyond, a greedy choice.
+ * Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG` (the equation,
+ * the operand count, malformed JSON), `E_SHAPE` (a shape that does not fit
+ * the equation); nothing is written on error.
+ *
+ * # Safety
+ * `equation` and `shapes_json` are NULL or NUL-terminated; `out`, `out_len` NULL or valid for one write.
+ */
+int enkai_einsum_path(const char *equation,
+                      const char *shapes_json,
+                      char **out,
+                      size_t *out_len);
+
+/**
  * `x.view(shape)`, falling back to a copy when the strides allow no view
  * (where `enkai_op`'s `view` is an error, as PyTorch's).
  * Errors as `enkai_tensor_reshape`.

@@ -35,6 +35,12 @@ if ! "$VENV/bin/python" -c "import transformers" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q transformers >&2
 fi
 
+# opt_einsum: the oracle of einsum's contraction order (and what
+# torch.einsum plans with when it is installed).
+if ! "$VENV/bin/python" -c "import opt_einsum" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q opt_einsum >&2
+fi
+
 # scikit-learn ships the real images the CNN example trains on (load_digits:
 # 1,797 8x8 digits inside the package, nothing downloaded).
 if ! "$VENV/bin/python" -c "import sklearn" 2>/dev/null; then

@@ -32,6 +32,9 @@ struct Resolved {
     /// The op's core shape rule (`vocab::shape_rule`: the recurrent layers
     /// and the norms), run per call on both backends.
     rule: Option<vocab::ShapeRule>,
+    /// The op's argument rule (`vocab::arg_rule`: einsum's path), run per
+    /// call on both backends before the shape rule.
+    fill: Option<vocab::ArgRule>,
 }
 
 /// A call of `add`, `sub`, `mul` or `div` on two tensors with `alpha` 1 (or
@@ -282,7 +285,7 @@ fn resolve(op: &OpDef, present: &[bool], kwargs: Option<&str>) -> Result<Resolve
                     Value::Tensor(t) => Some(t),
                     _ => None,
                 }));
-                return Ok(Resolved { sig: i, binary: plain_binary(sig, &args), args, padding_idx, rule: vocab::shape_rule(op.name()) });
+                return Ok(Resolved { sig: i, binary: plain_binary(sig, &args), args, padding_idx, rule: vocab::shape_rule(op.name()), fill: vocab::arg_rule(op.name()) });
             }
             Err(m) => {
                 if best.as_ref().is_none_or(|b| m > *b) {
@@ -753,13 +756,24 @@ fn exec(op: &'static OpDef, resolved: &Resolved, b: backend::BackendId, ts: &[Op
     // refuses (for the message both backends share), so its success path
     // pays nothing for them. The native backend gets checked arguments.
     let torch = b == backend::BackendId::Torch;
+    // The inputs' shapes and dtypes, read only for an op with a rule.
+    let shapes: SmallVec<[(SmallVec<[i64; 8]>, DType); 8]> = if resolved.rule.is_some() || resolved.fill.is_some() {
+        ts.iter().flatten().map(|t| Ok((imp::dims(&t.raw), imp::dtype(&t.raw)?))).collect::<Result<_>>()?
+    } else {
+        SmallVec::new()
+    };
+    let mut it = shapes.iter();
+    let ins: SmallVec<[vocab::In; 8]> = if shapes.is_empty() { SmallVec::new() } else { ts.iter().map(|t| t.and_then(|_| it.next()).map(|(s, d)| (&s[..], *d))).collect() };
     let mut checked: SmallVec<[Value; 8]>;
-    let (args, out_dtype, promoted) = if torch && resolved.padding_idx.is_none() {
+    let (args, out_dtype, promoted) = if torch && resolved.padding_idx.is_none() && resolved.fill.is_none() {
         (&resolved.args[..], None, None)
     } else {
         checked = resolved.args.iter().cloned().collect();
         if let Some((a, w)) = resolved.padding_idx {
             relative_padding_idx(op, &mut checked[a], ts[w])?;
+        }
+        if let Some(fill) = resolved.fill {
+            fill(&op.sigs[resolved.sig], &mut checked, &ins)?;
         }
         let (out_dtype, promoted) = if torch { (None, None) } else { check(op, &op.sigs[resolved.sig], &mut checked, ts)? };
         (&checked[..], out_dtype, promoted)
@@ -769,9 +783,6 @@ fn exec(op: &'static OpDef, resolved: &Resolved, b: backend::BackendId, ts: &[Op
     }
     let call = Call { op, sig: resolved.sig, args, out_dtype, promoted };
     if let Some(rule) = resolved.rule {
-        let shapes: SmallVec<[(SmallVec<[i64; 8]>, DType); 8]> = ts.iter().flatten().map(|t| Ok((imp::dims(&t.raw), imp::dtype(&t.raw)?))).collect::<Result<_>>()?;
-        let mut it = shapes.iter();
-        let ins: SmallVec<[vocab::In; 8]> = ts.iter().map(|t| t.and_then(|_| it.next()).map(|(s, d)| (&s[..], *d))).collect();
         rule(&call, &ins)?;
     }
     imp::op(b, &call, raws).map_err(|e| refused(op, resolved, ts, torch, e))
@@ -893,7 +904,7 @@ impl Typed {
                 p.default.clone().unwrap_or(Value::None)
             })
             .collect();
-        Some((op.index, Resolved { sig, binary: plain_binary(&op.sigs[sig], &args), args, padding_idx: None, rule: None }))
+        Some((op.index, Resolved { sig, binary: plain_binary(&op.sigs[sig], &args), args, padding_idx: None, rule: None, fill: None }))
     }
 
     /// Runs the overload on `inputs` (its Tensor parameters in order) with
@@ -922,7 +933,7 @@ impl Typed {
                     args[i] = v.clone();
                 }
             }
-            run_resolved(op, &Resolved { sig: base.sig, binary: plain_binary(s, &args), args, padding_idx: None, rule: None }, inputs, &mut slot)?;
+            run_resolved(op, &Resolved { sig: base.sig, binary: plain_binary(s, &args), args, padding_idx: None, rule: None, fill: None }, inputs, &mut slot)?;
         }
         Ok(h)
     }

@@ -33,7 +33,7 @@ __all__ = [
     "Optimizer", "AdamW", "Adam", "SGD", "lr_schedule", "adamw_step_multi", "GradScaler", "autocast", "tinylm_init",
     "forward_tinylm", "lm_init", "forward_lm", "lm_logits",
     "checkpoint_save", "checkpoint_load", "checkpoint_load_scaler", "checkpoint_save_ranked", "checkpoint_load_ranked",
-    "checkpoint_load_ranked_scaler", "op", "op_schema",
+    "checkpoint_load_ranked_scaler", "op", "op_schema", "einsum", "einsum_path",
 ]
 
 Shape = Sequence[int]
@@ -1248,6 +1248,20 @@ def op(name: str, *inputs: Any, **kwargs: Any) -> Any:
     if len(results) == 1:
         return results[0]
     return tuple(results)
+
+
+def einsum(equation: str, *operands: Any) -> "Tensor":
+    """`torch.einsum(equation, *operands)` (or with one list of operands):
+    the order of three or more operands is the one `einsum_path` shows."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    return op("einsum", list(operands), equation=equation)
+
+
+def einsum_path(equation: str, *shapes: Shape) -> Dict[str, Any]:
+    """`enkai_einsum_path`: `{"path": [[i, j], ...], "flops": n}` for operands of these shapes."""
+    text = _out_string(lib.enkai_einsum_path, _enc(equation), json.dumps([list(s) for s in shapes]).encode())
+    return json.loads(text)
 
 
 _returns: Dict[str, str] = {}

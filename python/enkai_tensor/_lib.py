@@ -48,6 +48,7 @@ SIGNATURES = {
     "enkai_is_grad_enabled": (c_int, []),
     "enkai_op": (c_i64, [c_str, ctypes.POINTER(c_i64), c_size, c_str, ctypes.POINTER(c_i64), c_size]),
     "enkai_op_schema": (EnkaiSlice, []),
+    "enkai_einsum_path": (c_int, [c_str, c_str, c_char_pp, c_size_p]),
     "enkai_grad_checkpoint": (c_i64, [CHECKPOINT_FN, RELEASE_FN, c_void_p, ctypes.POINTER(c_i64), c_size,
                                       ctypes.POINTER(c_i64), c_size]),
     "enkai_tensor_retain": (c_int, [c_i64]),

@@ -1,6 +1,7 @@
 """The op-table example programs (examples-c/), run as a user runs them, on
 both backends, checked against the same computation in PyTorch."""
 
+import json
 import math
 import os
 import subprocess
@@ -74,3 +75,28 @@ def test_sample_tinylm_replays_in_pytorch(backend):
         else:
             assert t in indices[0].tolist()
         ctx = ctx[1:] + [t]
+
+
+def test_tensor_network_norm_and_gradients_match_torch_einsum(backend):
+    """examples-c/tensor_network.c: <psi|psi> of a periodic MPS as one
+    8-operand einsum, and its gradient per site tensor, against
+    torch.einsum and torch.autograd.grad in fp64 (rtol 1e-10: the same
+    products summed in another order)."""
+    import opt_einsum
+
+    lines = run("tensor_network").splitlines()
+    path = json.loads(lines[0].split(" ", 1)[1])
+    eq = "aib,bjc,ckd,dla,eif,fjg,gkh,hle->"
+    _, mine = opt_einsum.contract_path(eq, *[(3, 2, 3)] * 8, shapes=True, optimize=[tuple(p) for p in path["path"]])
+    _, theirs = opt_einsum.contract_path(eq, *[(3, 2, 3)] * 8, shapes=True, optimize="optimal")
+    assert path["flops"] == int(mine.opt_cost) <= int(theirs.opt_cost)
+    z = float(lines[1].split()[1])
+    x = torch.arange(18, dtype=torch.float64)
+    sites = [torch.sin(0.7 * x + s).reshape(3, 2, 3).requires_grad_() for s in range(4)]
+    ref = torch.einsum(eq, *(sites + sites))
+    assert z == pytest.approx(ref.item(), rel=1e-10)
+    grads = torch.autograd.grad(ref, sites)
+    for s, line in enumerate(lines[2:6]):
+        words = line.split()
+        assert words[:2] == ["grad", str(s)]
+        np.testing.assert_allclose(np.array([float(w) for w in words[2:]]), grads[s].numpy().ravel(), rtol=1e-10, atol=1e-12)

@@ -1,8 +1,8 @@
 //! The generic op entry and the table's schema (`crate::opcall`).
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_int};
 
-use super::{guard_or, str_arg, EnkaiSlice};
+use super::{guard_or, status, str_arg, EnkaiSlice, OutStr};
 use crate::opcall;
 
 /// Runs PyTorch's op `name` ("exp", "sum", "where", "topk", ...: the name of
@@ -81,4 +81,27 @@ unsafe fn checked(name: *const c_char, inputs: *const i64, n_inputs: usize, kwar
 #[no_mangle]
 pub extern "C" fn enkai_op_schema() -> EnkaiSlice {
     super::guard(|| EnkaiSlice::from_bytes(opcall::schema_json().as_bytes()))
+}
+
+/// `torch.einsum`'s contraction order for operands of the shapes in
+/// `shapes_json` (a JSON list, one shape per operand): writes
+/// `{"path": [[0, 1], ...], "flops": N}` to `*out` (malloc'ed; free with
+/// `enkai_tensor_string_free`). The path is the one `enkai_op("einsum")`
+/// runs, in `opt_einsum`'s positional form (each step names two places in
+/// the current list of terms, whose result goes to its end); `flops` is
+/// its cost by `opt_einsum`'s count. With up to 12 operands the order is
+/// the one of least FLOPs; beyond, a greedy choice.
+/// Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG` (the equation,
+/// the operand count, malformed JSON), `E_SHAPE` (a shape that does not fit
+/// the equation); nothing is written on error.
+///
+/// # Safety
+/// `equation` and `shapes_json` are NULL or NUL-terminated; `out`, `out_len` NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_einsum_path(equation: *const c_char, shapes_json: *const c_char, out: *mut *mut c_char, out_len: *mut usize) -> c_int {
+    status(|| {
+        let out = unsafe { OutStr::new(out, out_len)? };
+        let text = crate::vocab::einsum::path_json(unsafe { str_arg(equation, "equation")? }, unsafe { str_arg(shapes_json, "shapes_json")? })?;
+        out.write(&text)
+    })
 }

@@ -5,6 +5,7 @@
 
 pub mod conv;
 pub mod dist;
+pub mod einsum;
 pub mod gpt;
 pub mod kinds;
 pub mod norm;
@@ -39,6 +40,18 @@ pub fn shape_rule(name: &str) -> Option<ShapeRule> {
         "lstm" | "gru" | "lstm_cell" | "gru_cell" => Some(rnn::check),
         "batch_norm" | "group_norm" => Some(norm::check),
         "interpolate" | "unfold" | "fold" => Some(sample::check),
+        _ => None,
+    }
+}
+
+/// A rule that completes a call's arguments from its inputs' shapes and
+/// dtypes, run by core before either backend (einsum's planned `path`).
+pub type ArgRule = fn(&Sig, &mut [Value], &[In]) -> Result<()>;
+
+/// The argument rule of op `name`, if it has one.
+pub fn arg_rule(name: &str) -> Option<ArgRule> {
+    match name {
+        "einsum" => Some(einsum::fill),
         _ => None,
     }
 }

@@ -126,7 +126,7 @@ fn reversed(x: &Raw, dims: &[usize]) -> Raw {
 
 // ----------------------------------------------------------------- views
 
-fn permute_view(x: &Raw, perm: Vec<usize>) -> Raw {
+pub(super) fn permute_view(x: &Raw, perm: Vec<usize>) -> Raw {
     let mut inv = vec![0; perm.len()];
     for (i, &p) in perm.iter().enumerate() {
         inv[p] = i;
@@ -293,6 +293,11 @@ fn select(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     }
     let i = if i < 0 { i + size } else { i };
     Ok(vec![dropping(x, "SelectBackward0", move |t| selected(t, d, i))])
+}
+
+/// The main diagonal of dims `d1`, `d2` as the last dim, recording its backward (einsum's repeated labels).
+pub(super) fn diagonal_view(x: &Raw, d1: usize, d2: usize) -> Raw {
+    dropping(x, "DiagonalBackward0", move |t| diagonal_of(t, 0, d1, d2))
 }
 
 fn diagonal(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
