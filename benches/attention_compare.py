@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import enkai_tensor as et
+from timing import best
 
 SHAPE = (8, 8, 1024, 64)
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
@@ -41,16 +42,6 @@ def ours_step(q, k, v):
 def theirs_step(q, k, v):
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     out.sum().backward()
-
-
-def best(f, rounds):
-    f()
-    t = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        f()
-        t = min(t, time.perf_counter() - t0)
-    return t
 
 
 def speed():

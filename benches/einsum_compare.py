@@ -16,20 +16,11 @@ import opt_einsum
 import torch
 
 import enkai_tensor as et
+from timing import best
 
 EQ = "ij,jk,kl,lm->im"
 SHAPES = [(1024, 1024), (1024, 1024), (1024, 5), (5, 5)]
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
-
-
-def best(f, rounds=ROUNDS):
-    f()
-    t = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        f()
-        t = min(t, time.perf_counter() - t0)
-    return t
 
 
 def main():
@@ -47,9 +38,9 @@ def main():
           f"left to right: {int(ltr.opt_cost):.3e} ({int(ltr.opt_cost) / plan['flops']:.0f}x)")
 
     rows = []
-    o = best(lambda: et.einsum(EQ, *ours))
+    o = best(lambda: et.einsum(EQ, *ours), ROUNDS)
     torch.backends.opt_einsum.enabled = True
-    t = best(lambda: torch.einsum(EQ, *theirs))
+    t = best(lambda: torch.einsum(EQ, *theirs), ROUNDS)
     rows.append(("forward, planned order", o, t))
     o_ltr = best(lambda: et.op("einsum", ours, equation=EQ, path=[0, 1, 0, 1, 0, 1]), 2)
     torch.backends.opt_einsum.enabled = False
@@ -59,8 +50,8 @@ def main():
 
     og = [et.from_numpy(a).require_grad() for a in arrays]
     tg = [torch.from_numpy(a).requires_grad_() for a in arrays]
-    o_bw = best(lambda: et.einsum(EQ, *og).sum().backward())
-    t_bw = best(lambda: torch.einsum(EQ, *tg).sum().backward())
+    o_bw = best(lambda: et.einsum(EQ, *og).sum().backward(), ROUNDS)
+    t_bw = best(lambda: torch.einsum(EQ, *tg).sum().backward(), ROUNDS)
     rows.append(("forward+backward, planned", o_bw, t_bw))
 
     print(f"{'case':<28}{'native ms':>12}{'torch ms':>12}{'native/torch':>14}")

@@ -14,3 +14,14 @@ def bench(f, iters):
             f()
         best = min(best, (time.perf_counter_ns() - t0) / iters)
     return best
+
+
+def best(f, rounds):
+    """The shortest of `rounds` single calls of `f`, in seconds, after one warm-up call."""
+    f()
+    t = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        f()
+        t = min(t, time.perf_counter() - t0)
+    return t
