@@ -175,6 +175,7 @@ bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/na
 	python benches/generate_compare.py --arch llama build/examples/llama_generate $(NOTORCH)
 	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/attention_compare.py
 	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/einsum_compare.py
+	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/linalg_compare.py build/bench/fma_peak
 	python benches/cnn_compare.py $(NOTORCH)
 	python benches/grad_checkpoint_compare.py build/examples/llama_train $(NOTORCH)
 

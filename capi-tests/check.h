@@ -16,10 +16,10 @@ static const char *const enkai_code_names[] __attribute__((unused)) = {
     "E_AMP_INVALID_GROWTH_FACTOR", "E_AMP_INVALID_BACKOFF_FACTOR", "E_AMP_INVALID_GROWTH_INTERVAL",
     "E_AMP_STATE", "E_CKPT_MISSING", "E_CKPT_HASH_MISMATCH", "E_CKPT_FORMAT", "E_CKPT_IO",
     "E_DIST_ENV_GATE", "E_DIST", "E_DIST_PEER_LOST", "E_DIST_TIMEOUT", "E_DIST_ENV_MISMATCH",
-    "E_DIST_MISMATCH", "E_CKPT_INCOMPLETE", "E_UNSUPPORTED",
+    "E_DIST_MISMATCH", "E_CKPT_INCOMPLETE", "E_UNSUPPORTED", "E_LINALG",
 };
 #define ENKAI_N_CODES ((int)(sizeof enkai_code_names / sizeof enkai_code_names[0]))
-_Static_assert(ENKAI_N_CODES == E_UNSUPPORTED + 1, "enkai_code_names lists every code");
+_Static_assert(ENKAI_N_CODES == E_LINALG + 1, "enkai_code_names lists every code");
 
 #define CHECK(cond)                                                              \
     do {                                                                         \

@@ -165,6 +165,12 @@ typedef enum EnkaiErrorCode {
    * which backends run each op), or it is not supported in this form.
    */
   E_UNSUPPORTED = 33,
+  /**
+   * Linear algebra: a singular matrix to `linalg.solve`/`linalg.inv`, a matrix that is not
+   * positive-definite to `linalg.cholesky`, or a decomposition that did not converge; the
+   * message names the op and, for a batch, the element (`(Batch element i)`), as PyTorch does.
+   */
+  E_LINALG = 34,
 } EnkaiErrorCode;
 
 /**

@@ -85,6 +85,10 @@ pub enum EnkaiErrorCode {
     /// The operation exists but the inputs' backend cannot run it (the op table's schema says
     /// which backends run each op), or it is not supported in this form.
     E_UNSUPPORTED = 33,
+    /// Linear algebra: a singular matrix to `linalg.solve`/`linalg.inv`, a matrix that is not
+    /// positive-definite to `linalg.cholesky`, or a decomposition that did not converge; the
+    /// message names the op and, for a batch, the element (`(Batch element i)`), as PyTorch does.
+    E_LINALG = 34,
 }
 
 pub use EnkaiErrorCode as Code;
@@ -126,13 +130,14 @@ impl Code {
             Code::E_DIST_MISMATCH => "E_DIST_MISMATCH",
             Code::E_CKPT_INCOMPLETE => "E_CKPT_INCOMPLETE",
             Code::E_UNSUPPORTED => "E_UNSUPPORTED",
+            Code::E_LINALG => "E_LINALG",
         }
     }
 }
 
 impl Code {
     /// Every code, in number order.
-    pub const ALL: [Code; 34] = [
+    pub const ALL: [Code; 35] = [
         Code::E_OK, Code::E_INVALID_ARG, Code::E_NULL_POINTER, Code::E_HANDLE_INVALID, Code::E_HANDLE_STALE,
         Code::E_HANDLE_KIND, Code::E_SHAPE, Code::E_DTYPE, Code::E_DEVICE, Code::E_BACKEND_UNKNOWN,
         Code::E_BACKEND_UNAVAILABLE, Code::E_BACKEND_MISMATCH, Code::E_TORCH, Code::E_INTERNAL, Code::E_RESOURCE,
@@ -140,7 +145,7 @@ impl Code {
         Code::E_AMP_INVALID_BACKOFF_FACTOR, Code::E_AMP_INVALID_GROWTH_INTERVAL, Code::E_AMP_STATE,
         Code::E_CKPT_MISSING, Code::E_CKPT_HASH_MISMATCH, Code::E_CKPT_FORMAT, Code::E_CKPT_IO,
         Code::E_DIST_ENV_GATE, Code::E_DIST, Code::E_DIST_PEER_LOST, Code::E_DIST_TIMEOUT, Code::E_DIST_ENV_MISMATCH,
-        Code::E_DIST_MISMATCH, Code::E_CKPT_INCOMPLETE, Code::E_UNSUPPORTED,
+        Code::E_DIST_MISMATCH, Code::E_CKPT_INCOMPLETE, Code::E_UNSUPPORTED, Code::E_LINALG,
     ];
 }
 

@@ -135,7 +135,8 @@ fn convert(op: &str, p: &vocab::Param, v: &serde_json::Value) -> std::result::Re
             J::Number(n) if n.is_i64() => Scalar::Int(n.as_i64().ok_or_else(bad)?),
             _ => Scalar::Float(number(v).ok_or_else(bad)?),
         }),
-        Ty::Str => Value::Str(v.as_str().ok_or_else(bad)?.to_string()),
+        // A marked non-finite number is a number (`matrix_norm`'s `ord=inf` is not its `str` overload).
+        Ty::Str => Value::Str(v.as_str().filter(|s| !s.starts_with(NONFINITE)).ok_or_else(bad)?.to_string()),
         Ty::ScalarType => Value::DType(v.as_str().and_then(dtype_name).ok_or_else(bad)?),
         Ty::Tensor | Ty::TensorList | Ty::Hidden => return Err(bad()),
     })

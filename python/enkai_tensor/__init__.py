@@ -15,6 +15,7 @@ import numbers
 import os
 import struct
 import threading
+import types
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from . import _dlpack, _format
@@ -1345,6 +1346,14 @@ def _install_ops() -> None:
     g = globals()
     for name in _overloads:
         fn = _make(name)
+        if "." in name:
+            # `torch.linalg.cholesky` is `et.linalg.cholesky` (and `et.op("linalg.cholesky", ...)`).
+            space, _, attr = name.partition(".")
+            if space not in g:
+                g[space] = types.SimpleNamespace()
+                __all__.append(space)
+            setattr(g[space], attr, fn)
+            continue
         if hasattr(builtins, name):
             # `et.sum`, `et.any`...: served by `__getattr__`, so that this
             # module's own code keeps Python's builtins.

@@ -40,8 +40,85 @@ pub fn shape_rule(name: &str) -> Option<ShapeRule> {
         "lstm" | "gru" | "lstm_cell" | "gru_cell" => Some(rnn::check),
         "batch_norm" | "group_norm" => Some(norm::check),
         "interpolate" | "unfold" | "fold" => Some(sample::check),
+        _ if name.starts_with("linalg.") => Some(linalg_check),
         _ => None,
     }
+}
+
+/// `torch.linalg`'s input checks, worded as PyTorch's and with one code on
+/// both backends: matrices (at least 2 dims, square where the op needs it)
+/// of fp32 or fp64, and a right-hand side that fits.
+fn linalg_check(call: &Call, ins: &[In]) -> Result<()> {
+    let op = call.op.name();
+    let Some(Some((a, dt))) = ins.first() else { return Ok(()) };
+    linalg_args(call)?;
+    // matrix_exp and matrix_norm's elementwise norms also take half dtypes, as
+    // PyTorch's CPU kernels do; the SVD-based norms do not.
+    let spectral_norm = op == "linalg.matrix_norm" && (call.str("ord") == Some("nuc") || call.float("ord").is_some_and(|o| o.abs() == 2.0));
+    let half_ok = matches!(op, "linalg.matrix_norm" | "linalg.matrix_exp") && !spectral_norm && matches!(dt, DType::F16 | DType::BF16);
+    if !matches!(dt, DType::F32 | DType::F64) && !half_ok {
+        crate::bail!(E_DTYPE, "{op}: {} is not supported (it takes fp32 and fp64)", dt.name());
+    }
+    if a.len() < 2 {
+        crate::bail!(E_SHAPE, "{op}: The input tensor A must have at least 2 dimensions (got {}).", fmt(a));
+    }
+    let (m, n) = (a[a.len() - 2], a[a.len() - 1]);
+    let square = match op {
+        "linalg.svd" | "linalg.svdvals" | "linalg.qr" | "linalg.lstsq" | "linalg.matrix_norm" => false,
+        "linalg.pinv" => call.bool("hermitian").unwrap_or(false),
+        _ => true,
+    };
+    if square && m != n {
+        crate::bail!(E_SHAPE, "{op}: A must be batches of square matrices, but they are {m} by {n} matrices");
+    }
+    if let Some(Some((b, bdt))) = ins.get(1) {
+        if bdt != dt {
+            crate::bail!(E_DTYPE, "{op}: A is {} and B is {} (they must share one dtype)", dt.name(), bdt.name());
+        }
+        let left = call.bool("left").unwrap_or(true);
+        // B's rows meet A's columns in a solve, A's rows in a least-squares fit.
+        let rows = if op == "linalg.lstsq" { m } else { n };
+        // A batch of vectors: 1-D, or A's batch shape plus one dim (PyTorch's rule).
+        let vector = matches!(op, "linalg.solve" | "linalg.lstsq") && left && (b.len() == 1 || (b.len() + 1 == a.len() && b[..] == a[..a.len() - 1]));
+        let fits = if vector {
+            b[b.len() - 1] == rows
+        } else {
+            b.len() >= 2 && if left { b[b.len() - 2] == rows } else { b[b.len() - 1] == rows }
+        };
+        if !fits || broadcast(&a[..a.len() - 2], &b[..b.len().saturating_sub(if vector { 1 } else { 2 })]).is_none() {
+            crate::bail!(E_SHAPE, "{op}: Incompatible shapes of A and B for the equation {} ({} and {})", if op == "linalg.lstsq" { "AX ≈ B" } else if left { "AX = B" } else { "XA = B" }, fmt(a), fmt(b));
+        }
+    }
+    Ok(())
+}
+
+/// The string and order arguments of `torch.linalg`, checked once for both
+/// backends (libtorch's own refusals of them are generic errors).
+fn linalg_args(call: &Call) -> Result<()> {
+    let op = call.op.name();
+    match op {
+        "linalg.qr" => {
+            let mode = call.str("mode").unwrap_or("reduced");
+            if !matches!(mode, "reduced" | "complete" | "r") {
+                crate::bail!(E_INVALID_ARG, "{op}: qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), 'r', or 'complete'");
+            }
+        }
+        "linalg.lstsq" => {
+            if let Some(d) = call.str("driver") {
+                if !matches!(d, "gels" | "gelsy" | "gelsd" | "gelss") {
+                    crate::bail!(E_INVALID_ARG, "{op}: parameter `driver` should be one of (gels, gelsy, gelsd, gelss), got '{d}'");
+                }
+            }
+        }
+        "linalg.matrix_norm" => match (call.str("ord"), call.float("ord")) {
+            (Some("fro" | "nuc"), _) | (None, None) => {}
+            (None, Some(o)) if [1.0, 2.0, f64::INFINITY].contains(&o.abs()) => {}
+            (Some(s), _) => crate::bail!(E_INVALID_ARG, "{op}: Order {s} not supported."),
+            (None, Some(o)) => crate::bail!(E_INVALID_ARG, "{op}: Order {o} not supported."),
+        },
+        _ => {}
+    }
+    Ok(())
 }
 
 /// A rule that completes a call's arguments from its inputs' shapes and

@@ -58,6 +58,10 @@ fn shim_error(msg: *mut std::ffi::c_char, code: crate::error::Code) -> Error {
     // SAFETY: the shims return NUL-terminated malloc'ed strings, freed once here.
     let text = unsafe { std::ffi::CStr::from_ptr(msg) }.to_string_lossy().into_owned();
     unsafe { libc::free(msg.cast()) };
+    // A c10::LinAlgError, marked by shim_guard.h.
+    if let Some(rest) = text.strip_prefix('\u{1}') {
+        return Error::new(crate::error::Code::E_LINALG, rest.to_string());
+    }
     Error::new(if code == crate::error::Code::E_TORCH { autograd_code(&text) } else { code }, text)
 }
 

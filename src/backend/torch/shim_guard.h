@@ -7,8 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
 
 namespace enkai {
+
+// The first byte of a message from a c10::LinAlgError (a singular or
+// non-positive-definite input): the Rust side strips it.
+constexpr const char* LINALG_MARK = "\x01";
 
 inline char* dup(const char* s) {
   size_t n = std::strlen(s) + 1;
@@ -22,6 +27,10 @@ char* guarded(F f) {
   try {
     f();
     return nullptr;
+  } catch (const c10::LinAlgError& e) {
+    // Marked for the Rust side, which reports it as E_LINALG (shim_error).
+    std::string m = std::string(LINALG_MARK) + e.what_without_backtrace();
+    return dup(m.c_str());
   } catch (const c10::Error& e) {
     return dup(e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -9,7 +9,13 @@
 
 use super::Accept::*;
 use super::Out::*;
-use super::{c_binary, other, Row};
+use super::{c_binary, other, Domain, Row};
+
+/// A `torch.linalg` row: its inputs must be well-conditioned (or positive-definite),
+/// which random oracle values are not, so `python/tests/test_linalg.py` is its suite.
+const fn own(r: Row) -> Row {
+    Row { domain: Domain::Own, ..r }
+}
 
 pub static ROWS: &[Row] = &[
     other("einsum", &["einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor"], All, Kernel, true, &[
@@ -58,6 +64,66 @@ pub static ROWS: &[Row] = &[
         r#"{"inputs": [[[2,3],[3]]], "kwargs": {"equation": "...,...->..."}}"#,
         r#"{"inputs": [[[2,3,4],[2,4,5],[2,5,3]]], "kwargs": {"equation": "ijk,ikl,ilm->ijm"}}"#,
     ]),
+    own(other("linalg.cholesky", &["linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor"], Float, Kernel, true, &[
+        r#"{"inputs": [[3, 3]]}"#,
+        r#"{"inputs": [[2, 3, 3]], "kwargs": {"upper": true}}"#,
+        r#"{"inputs": [[3, 4]]}"#,
+        r#"{"inputs": [[0, 0]]}"#,
+    ])),
+    own(other("linalg.solve_triangular", &["linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool unitriangular=False) -> Tensor"], Float, Kernel, true, &[
+        r#"{"inputs": [[3, 3], [3, 2]], "kwargs": {"upper": true}}"#,
+        r#"{"inputs": [[2, 3, 3], [3, 4]], "kwargs": {"upper": false, "left": true, "unitriangular": true}}"#,
+        r#"{"inputs": [[3, 3], [2, 3]], "kwargs": {"upper": false, "left": false}}"#,
+    ])),
+    own(other("linalg.solve", &["linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor"], Float, Kernel, true, &[
+        r#"{"inputs": [[3, 3], [3, 2]]}"#,
+        r#"{"inputs": [[2, 3, 3], [3]]}"#,
+        r#"{"inputs": [[2, 3, 3], [2, 3]]}"#,
+        r#"{"inputs": [[3, 3], [4, 3]], "kwargs": {"left": false}}"#,
+    ])),
+    own(other("linalg.inv", &["linalg_inv(Tensor A) -> Tensor"], Float, Kernel, true, &[r#"{"inputs": [[3, 3]]}"#, r#"{"inputs": [[2, 4, 4]]}"#, r#"{"inputs": [[0, 0]]}"#])),
+    own(other("linalg.det", &["linalg_det(Tensor A) -> Tensor"], Float, Kernel, true, &[r#"{"inputs": [[3, 3]]}"#, r#"{"inputs": [[2, 4, 4]]}"#])),
+    own(other("linalg.slogdet", &["linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)"], Float, Kernel, true, &[r#"{"inputs": [[3, 3]]}"#, r#"{"inputs": [[2, 4, 4]]}"#])),
+    own(other("linalg.eigh", &["linalg_eigh(Tensor self, str UPLO=\"L\") -> (Tensor eigenvalues, Tensor eigenvectors)"], Float, Kernel, true, &[
+        r#"{"inputs": [[3, 3]]}"#,
+        r#"{"inputs": [[2, 4, 4]], "kwargs": {"UPLO": "U"}}"#,
+    ])),
+    own(other("linalg.eigvalsh", &["linalg_eigvalsh(Tensor self, str UPLO=\"L\") -> Tensor"], Float, Kernel, true, &[r#"{"inputs": [[3, 3]]}"#, r#"{"inputs": [[2, 4, 4]], "kwargs": {"UPLO": "U"}}"#])),
+    own(other("linalg.svd", &["linalg_svd(Tensor A, bool full_matrices=True) -> (Tensor U, Tensor S, Tensor Vh)"], Float, Kernel, true, &[
+        r#"{"inputs": [[4, 3]]}"#,
+        r#"{"inputs": [[2, 3, 5]], "kwargs": {"full_matrices": false}}"#,
+        r#"{"inputs": [[0, 3]], "kwargs": {"full_matrices": true}}"#,
+    ])),
+    own(other("linalg.svdvals", &["linalg_svdvals(Tensor A) -> Tensor"], Float, Kernel, true, &[r#"{"inputs": [[4, 3]]}"#, r#"{"inputs": [[2, 3, 5]]}"#])),
+    own(other("linalg.qr", &["linalg_qr(Tensor A, str mode=\"reduced\") -> (Tensor Q, Tensor R)"], Float, Kernel, true, &[
+        r#"{"inputs": [[4, 3]]}"#,
+        r#"{"inputs": [[2, 3, 5]], "kwargs": {"mode": "complete"}}"#,
+        r#"{"inputs": [[4, 3]], "kwargs": {"mode": "r"}}"#,
+        r#"{"inputs": [[4, 3]], "kwargs": {"mode": "full"}}"#,
+    ])),
+    own(other("linalg.pinv", &["linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool hermitian=False) -> Tensor"], Float, Kernel, true, &[
+        r#"{"inputs": [[4, 3]]}"#,
+        r#"{"inputs": [[2, 3, 5]], "kwargs": {"rtol": 0.1}}"#,
+        r#"{"inputs": [[3, 3]], "kwargs": {"atol": 0.5, "hermitian": true}}"#,
+    ])),
+    own(other("linalg.lstsq", &["linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)"], Float, Kernel, true, &[
+        r#"{"inputs": [[5, 3], [5, 2]]}"#,
+        r#"{"inputs": [[2, 3, 4], [2, 3, 1]], "kwargs": {"driver": "gelsd"}}"#,
+        r#"{"inputs": [[5, 3], [5, 2]], "kwargs": {"driver": "gelss"}}"#,
+        r#"{"inputs": [[5, 3], [5, 2]], "kwargs": {"driver": "gels"}}"#,
+        r#"{"inputs": [[5, 3], [4, 2]]}"#,
+    ])),
+    own(other("linalg.matrix_norm", &[
+        "linalg_matrix_norm.str_ord(Tensor self, str ord=\"fro\", int[] dim=[-2,-1], bool keepdim=False) -> Tensor",
+        "linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False) -> Tensor",
+    ], Float, Kernel, true, &[
+        r#"{"inputs": [[4, 3]]}"#,
+        r#"{"inputs": [[2, 3, 5]], "kwargs": {"ord": "nuc", "keepdim": true}}"#,
+        r#"{"inputs": [[3, 2, 4]], "kwargs": {"ord": 1, "dim": [0, 2]}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"ord": -2}}"#,
+        r#"{"inputs": [[3, 4]], "kwargs": {"ord": 3}}"#,
+    ])),
+    own(other("linalg.matrix_exp", &["linalg_matrix_exp(Tensor self) -> Tensor"], Float, Kernel, true, &[r#"{"inputs": [[3, 3]]}"#, r#"{"inputs": [[2, 4, 4]]}"#, r#"{"inputs": [[0, 0]]}"#])),
     other("matmul", &["matmul(Tensor self, Tensor other) -> Tensor"], All, Kernel, true, &[
         r#"{"inputs": [[3, 4], [4, 5]]}"#,
         r#"{"inputs": [[2, 3, 4], [4]]}"#,

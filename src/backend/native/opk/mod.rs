@@ -7,6 +7,7 @@
 mod binary;
 mod conv;
 mod create;
+mod dense;
 mod index;
 mod inplace;
 mod linalg;
@@ -19,6 +20,7 @@ mod rnn;
 mod sample;
 mod shape;
 mod sort;
+mod spectral;
 
 use std::sync::OnceLock;
 
@@ -31,7 +33,7 @@ pub type Kernel = fn(&Call, &[Option<&Raw>]) -> Result<Vec<Raw>>;
 fn registry() -> &'static Vec<Vec<Option<Kernel>>> {
     static R: OnceLock<Vec<Vec<Option<Kernel>>>> = OnceLock::new();
     R.get_or_init(|| {
-        let families = [pointwise::KERNELS, binary::KERNELS, reduce::KERNELS, linalg::KERNELS, nn::KERNELS, norm::KERNELS, loss::KERNELS, rnn::KERNELS, sample::KERNELS, shape::KERNELS, index::KERNELS, sort::KERNELS, conv::KERNELS, create::KERNELS, inplace::KERNELS];
+        let families = [pointwise::KERNELS, binary::KERNELS, reduce::KERNELS, linalg::KERNELS, dense::KERNELS, spectral::KERNELS, nn::KERNELS, norm::KERNELS, loss::KERNELS, rnn::KERNELS, sample::KERNELS, shape::KERNELS, index::KERNELS, sort::KERNELS, conv::KERNELS, create::KERNELS, inplace::KERNELS];
         let all: std::collections::HashMap<&str, Kernel> = families.iter().flat_map(|f| f.iter().copied()).collect();
         let mut r: Vec<Vec<Option<Kernel>>> =
             vocab::ops().iter().map(|o| o.sigs.iter().map(|s| all.get(s.text.split('(').next().unwrap_or("")).copied()).collect()).collect();
