@@ -118,7 +118,12 @@ LOOSE = {"scaled_dot_product_attention": 20, "lstm": 40, "gru": 40, "group_norm"
 # reference over 300 random [4, 3] eval calls its error (relative to 1+|y|)
 # was 0.0164 for bf16 (contiguous: 0.0034) and 0.0017 for fp16 (0.0004);
 # the native kernel rounds once, so the difference is PyTorch's own.
-LOOSE_HALF = {"batch_norm": 4}
+# conv_transpose2d: PyTorch's CPU fp16 kernel depends on the machine. The
+# native one reproduces slow_conv_transpose2d, whose col2im accumulates in
+# fp16; on this CI machine PyTorch 2.13 rounds once instead (its error against
+# fp64, relative to 1+|y|, was 0.00045 over 300 random [2,3,4,5]x[3,2,3,3]
+# calls, and ours 0.0076, so 11 of 30 hash seeds failed atol 0.001).
+LOOSE_HALF = {"batch_norm": 4, "conv_transpose2d": 8}
 # Recurrent ops in half precision are held to the fp64 result instead
 # (check_no_worse_than_torch): no further from it than PyTorch's own.
 RECURRENT = {"lstm", "gru", "lstm_cell", "gru_cell"}
