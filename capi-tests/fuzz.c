@@ -299,7 +299,7 @@ static const char *shape_str(void) {
 
 static const char *dtype_str(void) {
     static const char *const s[] = {"fp32", "fp32", "fp32", "fp64", "bf16", "fp16", "int64", "int32", "bool", "uint8",
-                                    "f32", "i64", "u8"};
+                                    "f32", "i64", "u8", "complex64", "complex128"};
     static const char *const bad[] = {"fp8", "FP32", "float", "int8", "", " fp32", "fp32 "};
     int r = below(100);
     if (r < 88) return PICK(s);

@@ -232,9 +232,10 @@ static void test_round_trip(int64_t dev) {
     static const struct { const char *name; const char *alias; size_t size; } dtypes[] = {
         {"fp32", "f32", 4}, {"fp16", "f16", 2}, {"bf16", "bf16", 2}, {"fp64", "f64", 8},
         {"int64", "i64", 8}, {"int32", "i32", 4}, {"bool", "bool", 1}, {"uint8", "u8", 1},
+        {"complex64", "c64", 8}, {"complex128", "c128", 16},
     };
     for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++) {
-        unsigned char in[6 * 8], out[6 * 8 + 4];
+        unsigned char in[6 * 16], out[6 * 16 + 4];
         size_t nb = 6 * dtypes[d].size;
         for (size_t i = 0; i < nb; i++)
             in[i] = strcmp(dtypes[d].name, "bool") == 0 ? (unsigned char)(i % 2) : (unsigned char)(i * 37 + 11);

@@ -1020,7 +1020,8 @@ int64_t enkai_op(const char *name,
  * Every op of `enkai_op` as JSON: an array with one entry per overload,
  * `{"name", "overload", "signature", "params": [{"name", "type",
  * "optional", "kw_only", "default"?, "aten"?}], "returns", "differentiable",
- * "accepts", "pointwise", "domain", "backends", "cases", "python"?,
+ * "accepts", "complex" (takes complex tensors too), "pointwise", "domain",
+ * "backends", "cases", "python"?,
  * "lowers_to"?, "lowered_signature"?}`; `backends` lists only the
  * backends of this build that run it; `aten` is ATen's name of a
  * parameter whose Python name differs; `cases` are the op's oracle
@@ -1385,7 +1386,8 @@ int enkai_safetensors_names(int64_t st, char **out, size_t *out_len);
 /**
  * Writes `{"dtype":"F32","shape":[2,3]}` for tensor `name` of `st` to `*out`
  * (the format's dtype names: BOOL, U8, I8, I16, I32, I64, F16, BF16, F32,
- * F64, and those the library cannot hold); outputs as
+ * F64, C64, the library's C128 for complex128, and those the library
+ * cannot hold); outputs as
  * `enkai_safetensors_names`. Returns 0, or 1 with `E_NULL_POINTER`,
  * `E_INVALID_ARG` (no such name), `E_HANDLE_*`.
  *

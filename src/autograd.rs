@@ -19,8 +19,8 @@ fn autograd_err(op: &str, e: crate::Error) -> crate::Error {
 pub fn require_grad(h: i64) -> Result<i64> {
     let t = get(h)?;
     let dt = imp::dtype(&t.raw)?;
-    if !dt.is_float() {
-        crate::bail!(E_DTYPE, "require_grad: only floating tensors can require gradients, got {}", dt.name());
+    if !dt.is_inexact() {
+        crate::bail!(E_DTYPE, "require_grad: only floating and complex tensors can require gradients, got {}", dt.name());
     }
     imp::set_requires_grad(&t.raw, true).map_err(|e| autograd_err("require_grad", e))?;
     Ok(h)
@@ -46,6 +46,9 @@ pub fn backward(loss: i64) -> Result<()> {
     let s = imp::shape(&t.raw);
     if numel_of(&s)? != 1 {
         crate::bail!(E_AUTOGRAD, "backward: the loss must have one element, got shape {}", json::write_int_list(&s));
+    }
+    if imp::dtype(&t.raw)?.is_complex() {
+        crate::bail!(E_AUTOGRAD, "backward: grad can be implicitly created only for real scalar outputs (the loss is complex; take its real part or abs)");
     }
     imp::backward(&t.raw).map_err(|e| autograd_err("backward", e))
 }

@@ -69,7 +69,7 @@ pub struct DLManagedTensorVersioned {
 }
 
 fn dl_dtype(d: DType) -> DLDataType {
-    // (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6)
+    // (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6)
     let (code, bits) = match d {
         DType::F32 => (2, 32),
         DType::F16 => (2, 16),
@@ -81,6 +81,8 @@ fn dl_dtype(d: DType) -> DLDataType {
         DType::U8 => (1, 8),
         DType::I8 => (0, 8),
         DType::I16 => (0, 16),
+        DType::C64 => (5, 64),
+        DType::C128 => (5, 128),
     };
     DLDataType { code, bits, lanes: 1 }
 }
@@ -89,7 +91,7 @@ fn dtype_of(t: DLDataType) -> Result<DType> {
     DType::ALL.into_iter().find(|&d| dl_dtype(d) == t).ok_or_else(|| {
         crate::err!(
             E_DTYPE,
-            "DLPack dtype code {} bits {} lanes {} has no ABI dtype (fp32, fp16, bf16, fp64, int64, int32, int16, int8, bool, uint8)",
+            "DLPack dtype code {} bits {} lanes {} has no ABI dtype (fp32, fp16, bf16, fp64, int64, int32, int16, int8, bool, uint8, complex64, complex128)",
             t.code,
             t.bits,
             t.lanes

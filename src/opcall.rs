@@ -456,6 +456,9 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
             _ => {}
         }
     }
+    if !row.complex {
+        complex_refused(op, ts)?;
+    }
     if row.kind != Kind::Pointwise {
         for &i in &governed {
             let Some(t) = ts[i] else { continue };
@@ -515,6 +518,18 @@ fn check(op: &OpDef, sig: &Sig, args: &mut [Value], ts: &[Option<&Tensor>]) -> R
         }
     }
     Ok((result, Some(promoted)))
+}
+
+/// A complex input to a row that takes none (`Row::complex`): every tensor,
+/// governed by the dtype rule or not, since no kernel of such a row reads complex values.
+fn complex_refused(op: &OpDef, ts: &[Option<&Tensor>]) -> Result<()> {
+    for t in ts.iter().flatten() {
+        let d = imp::dtype(&t.raw)?;
+        if d.is_complex() {
+            crate::bail!(E_DTYPE, "{}: {} is not supported (it takes no complex tensors)", op.name(), d.name());
+        }
+    }
+    Ok(())
 }
 
 fn unsupported(op: &OpDef, b: backend::BackendId) -> Error {
@@ -782,6 +797,10 @@ fn exec(op: &'static OpDef, resolved: &Resolved, b: backend::BackendId, ts: &[Op
     if b == backend::BackendId::Cpu && !op.row.native {
         return Err(unsupported(op, b));
     }
+    if torch && !op.row.complex {
+        // The complex opt-in is the table's, on both backends: libtorch would run more.
+        complex_refused(op, ts)?;
+    }
     let call = Call { op, sig: resolved.sig, args, out_dtype, promoted };
     if let Some(rule) = resolved.rule {
         rule(&call, &ins)?;
@@ -852,8 +871,29 @@ fn explain(op: &OpDef, resolved: &Resolved, ts: &[&Tensor]) -> Option<Error> {
         ("sub", _) if ts.iter().any(|t| imp::dtype(&t.raw).ok() == Some(DType::Bool)) || matches!(arg(op, resolved, "other"), Some(Value::Scalar(Scalar::Bool(_)))) => {
             Some(crate::err!(E_DTYPE, "sub: subtraction with a bool tensor is not supported (use logical_xor / logical_not)"))
         }
+        ("imag" | "view_as_real", [_]) => {
+            let d = imp::dtype(&ts[0].raw).ok().filter(|d| !d.is_complex())?;
+            Some(crate::err!(E_DTYPE, "{name} is only supported for complex tensors, got {}", d.name()))
+        }
+        ("view_as_complex", [s]) => {
+            // PyTorch's conditions, checked here: libtorch's refusals of them are generic errors.
+            let (d, (st, off)) = (imp::dtype(&ts[0].raw).ok()?, imp::layout(&ts[0].raw));
+            if !matches!(d, DType::F32 | DType::F64) {
+                return Some(crate::err!(E_DTYPE, "view_as_complex is only supported for float and double tensors, got {}", d.name()));
+            }
+            if s.last() != Some(&2) {
+                return Some(crate::err!(E_SHAPE, "view_as_complex: the tensor must have a last dimension of size 2, got {}", fmt(s)));
+            }
+            if st.last() != Some(&1) {
+                return Some(crate::err!(E_SHAPE, "view_as_complex: the tensor must have a last dimension with stride 1"));
+            }
+            if st[..st.len() - 1].iter().any(|s| s % 2 != 0) {
+                return Some(crate::err!(E_SHAPE, "view_as_complex: the tensor must have a stride divisible by 2 for all but the last dimension"));
+            }
+            (off % 2 != 0).then(|| crate::err!(E_SHAPE, "view_as_complex: the tensor must have a storage offset divisible by 2"))
+        }
         ("mean", [_]) if matches!(arg(op, resolved, "dtype"), Some(Value::None)) => {
-            let d = imp::dtype(&ts[0].raw).ok().filter(|d| !d.is_float())?;
+            let d = imp::dtype(&ts[0].raw).ok().filter(|d| !d.is_inexact())?;
             Some(crate::err!(E_DTYPE, "mean: could not infer the output dtype: the input must be floating (or pass dtype=), got {}", d.name()))
         }
         ("conv1d" | "conv2d" | "conv_transpose2d" | "max_pool2d" | "max_pool2d_with_indices" | "avg_pool2d" | "adaptive_avg_pool2d", _) => {
@@ -1005,6 +1045,7 @@ pub fn schema_json() -> String {
                 "returns": returns,
                 "differentiable": op.row.grad,
                 "accepts": format!("{:?}", op.row.accept).to_lowercase(),
+                "complex": op.row.complex,
                 "pointwise": op.row.kind == Kind::Pointwise,
                 "domain": format!("{:?}", op.row.domain).to_lowercase(),
                 "cases": op.row.cases.iter().filter_map(|c| serde_json::from_str::<serde_json::Value>(c).ok()).collect::<Vec<_>>(),

@@ -136,9 +136,11 @@ def device(spec: Optional[str] = None) -> Device:
 
 
 _DTYPE_SIZES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
-                "bool": 1, "uint8": 1}
+                "bool": 1, "uint8": 1, "complex64": 8, "complex128": 16}
 _NUMPY = {"fp32": "float32", "fp16": "float16", "fp64": "float64", "int64": "int64", "int32": "int32",
-          "int16": "int16", "int8": "int8", "bool": "bool", "uint8": "uint8"}
+          "int16": "int16", "int8": "int8", "bool": "bool", "uint8": "uint8", "complex64": "complex64",
+          "complex128": "complex128"}
+_COMPLEX = ("complex64", "complex128")
 _STRUCT = {"fp32": "f", "fp16": "e", "fp64": "d", "int64": "q", "int32": "i", "int16": "h", "int8": "b", "bool": "?",
            "uint8": "B"}
 _FLOATING = ("fp32", "fp64", "bf16", "fp16")
@@ -184,14 +186,17 @@ def _flatten(data: Any, shape: List[int], out: List[Any]) -> List[Any]:
 
 
 # torch.promote_types over the dtypes the library has: bool < integers <
-# floats; within a kind the wider wins, and fp16 with bf16 meet at fp32.
+# floats < complex; within a kind the wider wins, fp16 with bf16 meet at fp32,
+# and complex64 with fp64 at complex128.
 _KIND = {"bool": 0, "uint8": 1, "int8": 1, "int16": 1, "int32": 1, "int64": 1, "fp16": 2, "bf16": 2, "fp32": 2,
-         "fp64": 2}
+         "fp64": 2, "complex64": 3, "complex128": 3}
 
 
 def _promote(a: str, b: str) -> str:
     if a == b:
         return a
+    if {a, b} == {"complex64", "fp64"}:
+        return "complex128"
     if _KIND[a] != _KIND[b]:
         return a if _KIND[a] > _KIND[b] else b
     if {a, b} == {"fp16", "bf16"}:
@@ -221,6 +226,8 @@ def _element_dtype(v: Any) -> str:
         return names[name]
     if isinstance(v, float):
         return "fp32"
+    if isinstance(v, complex):
+        return "complex64"
     raise TypeError(f"cannot make a tensor of {type(v).__name__} elements")
 
 
@@ -268,6 +275,10 @@ def _from_data(data: Any, dtype: Optional[str], dev: DeviceLike) -> "Tensor":
             wire, code, flat = "bool", "?", [bool(v) for v in flat]
         elif _KIND[inferred] == 1:
             wire, code, flat = "int64", "q", [int(v) for v in flat]
+        elif _KIND[inferred] == 3:
+            # (re, im) interleaved, as the ABI lays complex numbers out.
+            pairs = [complex(v) for v in flat]
+            wire, code, flat = "complex128", "d", [x for c in pairs for x in (c.real, c.imag)]
         else:
             wire, code, flat = "fp64", "d", [float(v) for v in flat]
         try:
@@ -404,7 +415,7 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        """The dtype's name: fp32, fp64, bf16, fp16, int64, int32, int16, int8, bool or uint8."""
+        """The dtype's name: fp32, fp64, bf16, fp16, int64, int32, int16, int8, bool, uint8, complex64 or complex128."""
         return _out_string(lib.enkai_tensor_dtype, self.handle)
 
     @property
@@ -465,6 +476,10 @@ class Tensor:
         if dt == "bf16":
             return self.to_dtype("fp32")._values()
         raw = self.to_bytes()
+        if dt in _COMPLEX:
+            code = "f" if dt == "complex64" else "d"
+            parts = struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw)
+            return [complex(parts[i], parts[i + 1]) for i in range(0, len(parts), 2)]
         code = _STRUCT[dt]
         return list(struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw))
 
@@ -489,6 +504,11 @@ class Tensor:
         summarize = numel > _format.THRESHOLD
         cuts = [summarize and n > 2 * _format.EDGEITEMS for n in shape]
         corner = self._corners(cuts) if any(cuts) else self
+        if self.dtype in _COMPLEX:
+            # Each part in torch's float style, as `a+bj`.
+            values = _format.values_str_complex(corner.tolist(), cuts, numel, indent)
+            suffixes = [f"dtype={self.dtype}", f"device={self.device}"]
+            return _format.tensor_repr(values, suffixes, indent)
         values = _format.values_str(corner.tolist(), cuts, numel, self.dtype in _FLOATING, indent)
         suffixes = [f"dtype={self.dtype}", f"device={self.device}"]
         if numel == 0 and len(shape) != 1:
@@ -714,6 +734,9 @@ def _scalar(o: Any, like: "Tensor") -> Optional["Tensor"]:
             raise OverflowError(f"{o} does not fit in int64") from None
     if isinstance(o, numbers.Real):
         return full([], float(o), "fp64" if like.dtype in _FLOATING else "fp32", like.device)
+    if isinstance(o, numbers.Complex):
+        # torch: a complex number brings the complex dtype of the tensor's precision.
+        return Tensor(complex(o), "complex128" if like.dtype in ("fp64", "complex128") else "complex64", like.device)
     return None
 
 

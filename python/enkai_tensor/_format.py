@@ -92,6 +92,27 @@ def values_str(data: Any, cuts: Sequence[bool], numel: int, floating: bool, inde
     return _nested(data, cuts, indent, _Formatter(_flat(data, []), floating))
 
 
+class _ComplexFormatter:
+    """torch's complex style: the real parts and the imaginary parts each
+    formatted as floats are, joined as `a+bj`."""
+
+    def __init__(self, values: Sequence[complex]):
+        self.re = _Formatter([v.real for v in values], True)
+        self.im = _Formatter([abs(v.imag) for v in values], True)
+        self.max_width = self.re.max_width + self.im.max_width + 2
+
+    def format(self, v: complex) -> str:
+        sign = "-" if math.copysign(1.0, v.imag) < 0 and not math.isnan(v.imag) else "+"
+        return self.re.format(v.real) + sign + self.im.format(abs(v.imag)).lstrip() + "j"
+
+
+def values_str_complex(data: Any, cuts: Sequence[bool], numel: int, indent: int) -> str:
+    """`values_str` for complex values."""
+    if numel == 0:
+        return "[]"
+    return _nested(data, cuts, indent, _ComplexFormatter(_flat(data, [])))  # type: ignore[arg-type]
+
+
 def tensor_repr(values: str, suffixes: Sequence[str], indent: int) -> str:
     """`tensor(<values>, <suffixes>)`, a suffix moving to its own line when it
     would pass the line width (torch's `_add_suffixes`)."""

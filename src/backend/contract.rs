@@ -85,6 +85,10 @@ pub trait Data: Backend {
     /// `shape`, kept off the heap for up to 8 dims.
     fn dims(t: &Self::Raw) -> SmallVec<[i64; 8]>;
 
+    /// Strides and storage offset, in elements (core's checks of views that
+    /// reinterpret bytes, as `view_as_complex`).
+    fn layout(t: &Self::Raw) -> (SmallVec<[i64; 8]>, i64);
+
     /// Fails only for a dtype the ABI has no name for.
     fn dtype(t: &Self::Raw) -> Result<DType>;
 

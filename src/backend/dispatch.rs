@@ -264,6 +264,11 @@ pub fn dims(t: &Raw) -> smallvec::SmallVec<[i64; 8]> {
     each!(t, B, t => B::dims(t))
 }
 
+/// Strides and storage offset, in elements.
+pub fn layout(t: &Raw) -> (smallvec::SmallVec<[i64; 8]>, i64) {
+    each!(t, B, t => B::layout(t))
+}
+
 pub fn dtype(t: &Raw) -> Result<DType> {
     each!(t, B, t => B::dtype(t))
 }

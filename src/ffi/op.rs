@@ -68,7 +68,8 @@ unsafe fn checked(name: *const c_char, inputs: *const i64, n_inputs: usize, kwar
 /// Every op of `enkai_op` as JSON: an array with one entry per overload,
 /// `{"name", "overload", "signature", "params": [{"name", "type",
 /// "optional", "kw_only", "default"?, "aten"?}], "returns", "differentiable",
-/// "accepts", "pointwise", "domain", "backends", "cases", "python"?,
+/// "accepts", "complex" (takes complex tensors too), "pointwise", "domain",
+/// "backends", "cases", "python"?,
 /// "lowers_to"?, "lowered_signature"?}`; `backends` lists only the
 /// backends of this build that run it; `aten` is ATen's name of a
 /// parameter whose Python name differs; `cases` are the op's oracle

@@ -50,7 +50,8 @@ pub unsafe extern "C" fn enkai_safetensors_names(st: i64, out: *mut *mut c_char,
 
 /// Writes `{"dtype":"F32","shape":[2,3]}` for tensor `name` of `st` to `*out`
 /// (the format's dtype names: BOOL, U8, I8, I16, I32, I64, F16, BF16, F32,
-/// F64, and those the library cannot hold); outputs as
+/// F64, C64, the library's C128 for complex128, and those the library
+/// cannot hold); outputs as
 /// `enkai_safetensors_names`. Returns 0, or 1 with `E_NULL_POINTER`,
 /// `E_INVALID_ARG` (no such name), `E_HANDLE_*`.
 ///

@@ -35,8 +35,10 @@ const fn fd(name: &'static str, bits: u64, lib: Option<DType>) -> FileDType {
 }
 
 /// Every dtype the reference knows, in its enum order, which is the order of
-/// alignment its writer sorts tensors by (largest first).
-static DTYPES: [FileDType; 22] = [
+/// alignment its writer sorts tensors by (largest first); then `C128`, which
+/// the reference (0.8) does not name: complex128 has no other name to go by,
+/// and it sorts first, 16-byte aligned.
+static DTYPES: [FileDType; 23] = [
     fd("BOOL", 8, Some(DType::Bool)),
     fd("F4", 4, None),
     fd("F6_E2M3", 6, None),
@@ -55,10 +57,11 @@ static DTYPES: [FileDType; 22] = [
     fd("I32", 32, Some(DType::I32)),
     fd("U32", 32, None),
     fd("F32", 32, Some(DType::F32)),
-    fd("C64", 64, None),
+    fd("C64", 64, Some(DType::C64)),
     fd("F64", 64, Some(DType::F64)),
     fd("I64", 64, Some(DType::I64)),
     fd("U64", 64, None),
+    fd("C128", 128, Some(DType::C128)),
 ];
 
 fn rank(d: DType) -> usize {
@@ -88,7 +91,7 @@ pub struct Layout {
 
 impl Layout {
     /// The library's dtype of the tensor; `E_DTYPE` for the format's dtypes
-    /// it cannot hold (F8_*, F4, F6_*, U16, U32, U64, C64).
+    /// it cannot hold (F8_*, F4, F6_*, U16, U32, U64).
     pub fn dtype(&self) -> Result<DType> {
         self.format.lib.ok_or_else(|| {
             crate::err!(E_DTYPE, "tensor {:?} has dtype {}, which this library cannot hold", self.name, self.format.name)

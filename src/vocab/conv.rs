@@ -55,6 +55,8 @@ fn c10_name(d: DType) -> &'static str {
         DType::I16 => "short",
         DType::I8 => "signed char",
         DType::U8 => "unsigned char",
+        DType::C64 => "c10::complex<float>",
+        DType::C128 => "c10::complex<double>",
         _ => d.name(),
     }
 }

@@ -6,6 +6,7 @@
 pub mod conv;
 pub mod dist;
 pub mod einsum;
+pub mod fft;
 pub mod gpt;
 pub mod kinds;
 pub mod norm;
@@ -41,6 +42,8 @@ pub fn shape_rule(name: &str) -> Option<ShapeRule> {
         "batch_norm" | "group_norm" => Some(norm::check),
         "interpolate" | "unfold" | "fold" => Some(sample::check),
         _ if name.starts_with("linalg.") => Some(linalg_check),
+        _ if name.starts_with("fft.") => Some(fft::check),
+        "view_as_complex" | "complex" | "polar" => Some(complex_parts),
         _ => None,
     }
 }
@@ -87,6 +90,24 @@ fn linalg_check(call: &Call, ins: &[In]) -> Result<()> {
         };
         if !fits || broadcast(&a[..a.len() - 2], &b[..b.len().saturating_sub(if vector { 1 } else { 2 })]).is_none() {
             crate::bail!(E_SHAPE, "{op}: Incompatible shapes of A and B for the equation {} ({} and {})", if op == "linalg.lstsq" { "AX ≈ B" } else if left { "AX = B" } else { "XA = B" }, fmt(a), fmt(b));
+        }
+    }
+    Ok(())
+}
+
+/// The real parts a complex tensor is made of: fp32 or fp64 (PyTorch's
+/// complex32 from half inputs is no dtype here), and for `view_as_complex`
+/// a last dim of 2 (the layout's conditions are checked with the strides).
+fn complex_parts(call: &Call, ins: &[In]) -> Result<()> {
+    let op = call.op.name();
+    for (_, dt) in ins.iter().flatten() {
+        if !matches!(dt, DType::F32 | DType::F64) {
+            crate::bail!(E_DTYPE, "{op}: expected float or double inputs, got {}", dt.name());
+        }
+    }
+    if let (Some(Some((s, _))), "view_as_complex") = (ins.first(), op) {
+        if s.last() != Some(&2) {
+            crate::bail!(E_SHAPE, "view_as_complex: the tensor must have a last dimension of size 2, got {}", fmt(s));
         }
     }
     Ok(())
@@ -355,16 +376,20 @@ fn category(d: DType) -> u8 {
     match d {
         DType::Bool => 0,
         DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64 => 1,
+        DType::C64 | DType::C128 => 3,
         _ => 2,
     }
 }
 
 /// `torch.result_type` of two tensors: a dimensioned operand's dtype wins
-/// over a 0-dim one of the same category (bool < integer < floating).
+/// over a 0-dim one of the same category (bool < integer < floating < complex).
 pub fn promote(a: DType, a_dim: bool, b: DType, b_dim: bool) -> DType {
     match (a_dim, b_dim) {
         (true, false) if category(a) >= category(b) => a,
         (false, true) if category(b) >= category(a) => b,
+        // A 0-dim complex with a dimensioned float: the complex type of the float's precision (c10's combine_categories).
+        (true, false) if a.is_float() && b.is_complex() => a.to_complex(),
+        (false, true) if b.is_float() && a.is_complex() => b.to_complex(),
         _ => promote_types(a, b),
     }
 }
@@ -385,14 +410,14 @@ pub fn promote_scalar(t: DType, s: Scalar) -> DType {
     }
 }
 
-/// `torch.promote_types`.
 /// `torch.can_cast(from, to)`: whether an in-place op may store a result of
-/// dtype `from` into a tensor of dtype `to` (no float into an integer, no
-/// number into bool).
+/// dtype `from` into a tensor of dtype `to` (no complex into a real, no
+/// float into an integer, no number into bool).
 pub fn can_cast(from: DType, to: DType) -> bool {
-    !(from.is_float() && !to.is_float()) && !(from != DType::Bool && to == DType::Bool)
+    category(from) <= category(to) && !(from != DType::Bool && to == DType::Bool)
 }
 
+/// `torch.promote_types`.
 pub fn promote_types(a: DType, b: DType) -> DType {
     use DType::*;
     if a == b {
@@ -400,6 +425,9 @@ pub fn promote_types(a: DType, b: DType) -> DType {
     }
     match (a, b) {
         (Bool, x) | (x, Bool) => x,
+        // Complex wins, with the precision of the wider operand (complex64 and fp64 meet at complex128).
+        (C128, _) | (_, C128) | (C64, F64) | (F64, C64) => C128,
+        (C64, _) | (_, C64) => C64,
         (F64, _) | (_, F64) => F64,
         (F32, _) | (_, F32) => F32,
         (BF16, F16) | (F16, BF16) => F32,
@@ -414,7 +442,12 @@ pub fn promote_types(a: DType, b: DType) -> DType {
 }
 
 impl Accept {
+    /// Whether the rule takes `d`. Complex dtypes are the row's own opt-in
+    /// (`Row::complex`), checked beside this.
     pub fn allows(self, d: DType) -> bool {
+        if d.is_complex() {
+            return true;
+        }
         match self {
             Accept::All => true,
             Accept::Num => d != DType::Bool,
@@ -438,7 +471,8 @@ impl Out {
     pub fn result(self, promoted: DType) -> Option<DType> {
         match self {
             Out::Same => Some(promoted),
-            Out::ToFloat => Some(if promoted.is_float() { promoted } else { DType::F32 }),
+            Out::ToFloat => Some(if promoted.is_inexact() { promoted } else { DType::F32 }),
+            Out::Real => Some(promoted.to_real()),
             Out::Bool => Some(DType::Bool),
             Out::I64 => Some(DType::I64),
             Out::Kernel => None,

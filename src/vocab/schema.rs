@@ -357,6 +357,8 @@ fn dtype_code(c: i64) -> Option<DType> {
         5 => DType::F16,
         6 => DType::F32,
         7 => DType::F64,
+        9 => DType::C64,
+        10 => DType::C128,
         11 => DType::Bool,
         15 => DType::BF16,
         _ => return None,

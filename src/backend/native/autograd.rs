@@ -389,7 +389,7 @@ pub fn custom_node(name: &'static str, inputs: &[&Raw], outs: Vec<Raw>, backward
     });
     let mut linked = Vec::with_capacity(outs.len());
     for (i, o) in outs.into_iter().enumerate() {
-        if !o.dtype().is_float() {
+        if !o.dtype().is_inexact() {
             linked.push(o);
             continue;
         }

@@ -107,12 +107,28 @@ pub trait Elem: Copy + Send + Sync + Default + 'static {
     fn down(a: Self::Acc) -> Self;
     fn to_sc(self) -> Sc;
     fn from_sc(s: Sc) -> Self;
+    /// (re, im) of a complex element; others are never asked (`cast` asks complex types only).
+    #[inline(always)]
+    fn parts(self) -> (f64, f64) {
+        (0.0, 0.0)
+    }
+    #[inline(always)]
+    fn from_parts(re: f64, _im: f64) -> Self {
+        Self::from_sc(Sc::F(re))
+    }
 }
 
-/// `static_cast<D>(s)` as c10 does it.
+/// `static_cast<D>(s)` as c10 does it: complex to real keeps the real part,
+/// real to complex has a zero imaginary part.
 #[inline(always)]
 pub fn cast<S: Elem, D: Elem>(s: S) -> D {
-    D::from_sc(s.to_sc())
+    if S::DT.is_complex() && D::DT.is_complex() {
+        // Sc carries one number; between complex types both parts go through f64 (exact).
+        let (re, im) = s.parts();
+        D::from_parts(re, im)
+    } else {
+        D::from_sc(s.to_sc())
+    }
 }
 
 macro_rules! elem_same {
@@ -251,6 +267,157 @@ macro_rules! elem_half {
 elem_half!(bf16, BF16);
 elem_half!(f16, F16);
 
+/// A complex element, (re, im) adjacent as C++'s `std::complex` and PyTorch
+/// store it. Arithmetic is complex arithmetic (division as c10::complex
+/// divides, by Smith's scaling); the order is lexicographic only to satisfy
+/// `Arith`'s bound: no op that compares runs on complex (core refuses them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, PartialOrd)]
+#[repr(C)]
+pub struct Cx<R> {
+    pub re: R,
+    pub im: R,
+}
+
+/// complex64's element.
+pub type C32 = Cx<f32>;
+/// complex128's element.
+pub type C64 = Cx<f64>;
+
+impl<R: num_traits::Float> Cx<R> {
+    #[inline(always)]
+    pub fn new(re: R, im: R) -> Self {
+        Cx { re, im }
+    }
+    #[inline(always)]
+    pub fn conj(self) -> Self {
+        Cx { re: self.re, im: -self.im }
+    }
+    #[inline(always)]
+    pub fn cmul(self, o: Self) -> Self {
+        Cx { re: self.re * o.re - self.im * o.im, im: self.re * o.im + self.im * o.re }
+    }
+    /// c10::complex's `operator/` (Smith's algorithm, as numpy's).
+    #[inline(always)]
+    pub fn cdiv(self, o: Self) -> Self {
+        let (a, b, c, d) = (self.re, self.im, o.re, o.im);
+        if c.abs() >= d.abs() {
+            if c == R::zero() && d == R::zero() {
+                return Cx { re: a / c.abs(), im: b / d.abs() };
+            }
+            let rat = d / c;
+            let scl = R::one() / (c + d * rat);
+            Cx { re: (a + b * rat) * scl, im: (b - a * rat) * scl }
+        } else {
+            let rat = c / d;
+            let scl = R::one() / (d + c * rat);
+            Cx { re: (a * rat + b) * scl, im: (b * rat - a) * scl }
+        }
+    }
+    #[inline(always)]
+    pub fn abs(self) -> R {
+        self.re.hypot(self.im)
+    }
+    #[inline(always)]
+    pub fn arg(self) -> R {
+        self.im.atan2(self.re)
+    }
+    #[inline(always)]
+    pub fn exp(self) -> Self {
+        let m = self.re.exp();
+        // exp(x + 0i) is exactly real, also where x overflows (inf * 0 would be NaN).
+        if self.im == R::zero() {
+            return Cx { re: m, im: self.im };
+        }
+        Cx { re: m * self.im.cos(), im: m * self.im.sin() }
+    }
+    #[inline(always)]
+    pub fn ln(self) -> Self {
+        Cx { re: self.abs().ln(), im: self.arg() }
+    }
+    /// The principal root, without the cancellation of sqrt((|z| - re) / 2).
+    #[inline(always)]
+    pub fn sqrt(self) -> Self {
+        let (x, y) = (self.re, self.im);
+        if x == R::zero() && y == R::zero() {
+            return Cx { re: R::zero(), im: y };
+        }
+        if y.is_infinite() {
+            return Cx { re: R::infinity(), im: y };
+        }
+        let two = R::one() + R::one();
+        let t = ((x.abs() + self.abs()) / two).sqrt();
+        if x >= R::zero() {
+            Cx { re: t, im: y / (two * t) }
+        } else {
+            Cx { re: y.abs() / (two * t), im: t.copysign(y) }
+        }
+    }
+}
+
+macro_rules! elem_complex {
+    ($r:ty, $dt:ident) => {
+        impl Arith for Cx<$r> {
+            const ZERO: Self = Cx { re: 0.0, im: 0.0 };
+            const ONE: Self = Cx { re: 1.0, im: 0.0 };
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                Cx { re: self.re + o.re, im: self.im + o.im }
+            }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self {
+                Cx { re: self.re - o.re, im: self.im - o.im }
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                self.cmul(o)
+            }
+            #[inline(always)]
+            fn div(self, o: Self) -> Self {
+                self.cdiv(o)
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self.re as f64
+            }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                Cx { re: v as $r, im: 0.0 }
+            }
+        }
+        impl Elem for Cx<$r> {
+            const DT: DType = DType::$dt;
+            type Acc = Self;
+            #[inline(always)]
+            fn up(self) -> Self {
+                self
+            }
+            #[inline(always)]
+            fn down(a: Self) -> Self {
+                a
+            }
+            /// To a real type: the real part, as c10's `static_cast` does.
+            #[inline(always)]
+            fn to_sc(self) -> Sc {
+                Sc::F(self.re as f64)
+            }
+            #[inline(always)]
+            fn from_sc(s: Sc) -> Self {
+                Cx { re: <$r>::from_sc(s), im: 0.0 }
+            }
+            #[inline(always)]
+            fn parts(self) -> (f64, f64) {
+                (self.re as f64, self.im as f64)
+            }
+            #[inline(always)]
+            fn from_parts(re: f64, im: f64) -> Self {
+                Cx { re: re as $r, im: im as $r }
+            }
+        }
+    };
+}
+elem_complex!(f32, C64);
+elem_complex!(f64, C128);
+
 /// A `match` on dtype `$dt` that runs `$body` with `$T` bound to each listed
 /// variant's element type, and `$other` (when given) for the rest.
 macro_rules! match_elem {
@@ -272,13 +439,25 @@ macro_rules! with_elem {
     ($dt:expr, $T:ident => $body:expr) => {
         $crate::backend::native::elem::match_elem!($dt, $T => $body, [
             F32: f32, F64: f64, BF16: half::bf16, F16: half::f16,
-            I64: i64, I32: i32, Bool: $crate::backend::native::elem::B8, U8: u8, I8: i8, I16: i16
+            I64: i64, I32: i32, Bool: $crate::backend::native::elem::B8, U8: u8, I8: i8, I16: i16,
+            C64: $crate::backend::native::elem::C32, C128: $crate::backend::native::elem::C64
         ])
     };
 }
 pub(crate) use with_elem;
 
 /// As `with_elem`, for floating dtypes only; `$other` otherwise.
+/// As `with_elem`, for the ordered (real) dtypes only; `$other` for complex.
+macro_rules! with_ordered {
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        $crate::backend::native::elem::match_elem!($dt, $T => $body, [
+            F32: f32, F64: f64, BF16: half::bf16, F16: half::f16,
+            I64: i64, I32: i32, Bool: $crate::backend::native::elem::B8, U8: u8, I8: i8, I16: i16
+        ], _ => $other)
+    };
+}
+pub(crate) use with_ordered;
+
 macro_rules! with_float {
     ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {
         $crate::backend::native::elem::match_elem!($dt, $T => $body, [F32: f32, F64: f64, BF16: half::bf16, F16: half::f16], _ => $other)

@@ -98,6 +98,13 @@ unsafe fn gemm_one<T: Elem>(
     if t == TypeId::of::<f64>() {
         return real_gemm::<f64>(m, n, k, dst.cast(), ld, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs, work);
     }
+    // Complex elements are (re, im) pairs laid out as gemm's num-complex types.
+    if t == TypeId::of::<super::elem::C32>() {
+        return real_gemm::<gemm::c32>(m, n, k, dst.cast(), ld, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs, work);
+    }
+    if t == TypeId::of::<super::elem::C64>() {
+        return real_gemm::<gemm::c64>(m, n, k, dst.cast(), ld, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs, work);
+    }
     if T::DT.is_float() {
         // bf16 / fp16: widen both operands to f32, multiply, round once.
         let widen = |p: *const T, rs: isize, cs: isize, r: usize, c: usize| -> Vec<f32> {
@@ -258,6 +265,8 @@ pub fn matmul(a: &Raw, b: &Raw) -> Result<Raw> {
         if sa.dim() == 1 {
             g2 = unsqueeze(&g2, g2.dim() - 1);
         }
+        // Complex operands enter conjugated (g·Bᴴ, Aᴴ·g); real ones are their own conjugates.
+        let (a2, b2) = (super::opk::conj_plain(&a2)?, super::opk::conj_plain(&b2)?);
         let da = if ga {
             let d = bmm_folded(&g2, &mt(&b2))?;
             let d = sum_to(&d, a2.shape())?;

@@ -153,6 +153,10 @@ impl Data for Native {
         t.shape().into()
     }
 
+    fn layout(t: &Raw) -> (smallvec::SmallVec<[i64; 8]>, i64) {
+        (t.strides().into(), t.0.offset as i64)
+    }
+
     fn dtype(t: &Raw) -> Result<DType> {
         Ok(t.dtype())
     }

@@ -5,6 +5,7 @@
 use super::autograd::{needs_grad, record, record_saving};
 use super::elem::{promote, with_elem, with_float, Arith, Elem, FloatElem};
 use super::kernels::{add_assign, cast_to, copy_into, map_into, sum_into, zip_into};
+use super::opk::conj_plain;
 use super::tensor::{contiguous_strides, numel, Raw};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -69,7 +70,7 @@ fn binary_dtype(op: Binary, a: &Raw, b: &Raw) -> Result<DType> {
     if op == Binary::Sub && (a.dtype() == DType::Bool || b.dtype() == DType::Bool) {
         crate::bail!(E_DTYPE, "sub: subtraction with a bool tensor is not supported (use logical_xor / logical_not)");
     }
-    Ok(if op == Binary::Div && !dt.is_float() { DType::F32 } else { dt })
+    Ok(if op == Binary::Div && !dt.is_inexact() { DType::F32 } else { dt })
 }
 
 /// `x` in dtype `dt`: itself when it already is, else a converted copy kept in `slot`.
@@ -130,15 +131,16 @@ pub fn binary(op: Binary, a: &Raw, b: &Raw) -> Result<Raw> {
         Ok(match op {
             Binary::Add => vec![Some(g.clone()), Some(g.clone())],
             Binary::Sub => vec![Some(g.clone()), Some(mul(g, &scalar(-1.0, g.dtype())?)?)],
+            // Complex operands enter conjugated (PyTorch's Wirtinger convention); a real one is its own conjugate.
             Binary::Mul => vec![
-                if ga { Some(mul(g, &sb)?) } else { None },
-                if gb { Some(mul(g, &sa)?) } else { None },
+                if ga { Some(mul(g, &conj_plain(&sb)?)?) } else { None },
+                if gb { Some(mul(g, &conj_plain(&sa)?)?) } else { None },
             ],
-            // As PyTorch: grad / b, and -grad * ((a / b) / b).
+            // As PyTorch: grad / conj(b), and -grad * conj((a / b) / b).
             Binary::Div => vec![
-                if ga { Some(plain(Binary::Div, g, &sb)?) } else { None },
+                if ga { Some(plain(Binary::Div, g, &conj_plain(&sb)?)?) } else { None },
                 if gb {
-                    let q = plain(Binary::Div, &plain(Binary::Div, &sa, &sb)?, &sb)?;
+                    let q = conj_plain(&plain(Binary::Div, &plain(Binary::Div, &sa, &sb)?, &sb)?)?;
                     Some(mul(&mul(g, &scalar(-1.0, g.dtype())?)?, &q)?)
                 } else {
                     None
@@ -493,9 +495,14 @@ pub fn sum_mask(x: &Raw, mask: &[bool], keep: bool, mean: bool) -> Result<Raw> {
         cs.iter().zip(mask).map(|(&s, &m)| if m { 0 } else { s }).collect()
     };
     let n = numel(&kept);
-    let out_dt = if x.dtype().is_float() { x.dtype() } else { DType::I64 };
+    let out_dt = if x.dtype().is_inexact() { x.dtype() } else { DType::I64 };
     let out = Raw::empty(&kept, out_dt)?;
-    if x.dtype().is_float() {
+    if x.dtype().is_complex() {
+        let mut acc = vec![super::elem::C64::default(); n];
+        with_elem!(x.dtype(), S => sum_into::<S, super::elem::C64>(&mut acc, x, &acc_strides, |v: S| super::elem::cast::<S, super::elem::C64>(v)));
+        let div = if mean { count as f64 } else { 1.0 };
+        with_elem!(out_dt, D => out.slice_mut::<D>().iter_mut().zip(&acc).for_each(|(o, a)| *o = super::elem::cast::<super::elem::C64, D>(super::elem::Cx::new(a.re / div, a.im / div))));
+    } else if x.dtype().is_float() {
         let mut acc = vec![0f64; n];
         with_elem!(x.dtype(), S => sum_into::<S, f64>(&mut acc, x, &acc_strides, |v: S| super::elem::cast::<S, f64>(v)));
         let div = if mean { count as f64 } else { 1.0 };
@@ -544,7 +551,7 @@ pub fn reduce(op: Reduce, x: &Raw, dim: Option<i64>, keepdim: bool) -> Result<Ra
             (0..x.dim()).map(|i| i == d).collect()
         }
     };
-    if op == Reduce::Mean && !x.dtype().is_float() {
+    if op == Reduce::Mean && !x.dtype().is_inexact() {
         crate::bail!(E_DTYPE, "mean needs a floating dtype, got {}", x.dtype().name());
     }
     let out = sum_mask(x, &mask, keepdim, op == Reduce::Mean)?;
@@ -563,7 +570,7 @@ pub fn to_dtype(x: &Raw, dt: DType) -> Result<Raw> {
         return Ok(x.clone());
     }
     let out = convert(x, dt)?;
-    if !dt.is_float() {
+    if !dt.is_inexact() {
         return Ok(out);
     }
     Ok(record(out, "ToCopyBackward", &[x], |g| Ok(vec![Some(g.clone())])))

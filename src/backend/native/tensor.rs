@@ -196,6 +196,16 @@ impl Raw {
         Raw::make_based(self.0.storage.clone(), shape, strides, offset, self.0.dtype, true, Some(base))
     }
 
+    /// A view of the same bytes as elements of another dtype (a complex
+    /// tensor's real view and back): shape, strides and offset in `dtype`'s elements.
+    pub fn reinterpret(&self, dtype: DType, shape: impl Into<Dims>, strides: impl Into<Dims>, offset: usize) -> Raw {
+        let base = match &self.0.base {
+            Some(b) => b.clone(),
+            None => Arc::downgrade(&self.0),
+        };
+        Raw::make_based(self.0.storage.clone(), shape, strides, offset, dtype, true, Some(base))
+    }
+
     /// The live base of a view (see `Inner::base`).
     pub fn base(&self) -> Option<Raw> {
         self.0.base.as_ref().and_then(std::sync::Weak::upgrade).map(Raw)

@@ -158,6 +158,8 @@ pub(super) fn scalar_type(d: DType) -> c_int {
         DType::F16 => 5,
         DType::F32 => 6,
         DType::F64 => 7,
+        DType::C64 => 9,
+        DType::C128 => 10,
         DType::Bool => 11,
         DType::BF16 => 15,
     }

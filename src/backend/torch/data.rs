@@ -15,6 +15,10 @@ impl Data for Torch {
         t.0.size().into()
     }
 
+    fn layout(t: &Raw) -> (smallvec::SmallVec<[i64; 8]>, i64) {
+        (t.0.stride().into(), t.0.storage_offset())
+    }
+
     fn dtype(t: &Raw) -> Result<DType> {
         dtype_of(t.0.f_kind().map_err(torch_err)?)
     }

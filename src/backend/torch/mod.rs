@@ -166,6 +166,8 @@ pub(crate) fn kind(d: DType) -> tch::Kind {
         DType::U8 => tch::Kind::Uint8,
         DType::I8 => tch::Kind::Int8,
         DType::I16 => tch::Kind::Int16,
+        DType::C64 => tch::Kind::ComplexFloat,
+        DType::C128 => tch::Kind::ComplexDouble,
     }
 }
 
@@ -181,6 +183,8 @@ pub(crate) fn dtype_of(k: tch::Kind) -> crate::error::Result<DType> {
         tch::Kind::Uint8 => DType::U8,
         tch::Kind::Int8 => DType::I8,
         tch::Kind::Int16 => DType::I16,
+        tch::Kind::ComplexFloat => DType::C64,
+        tch::Kind::ComplexDouble => DType::C128,
         other => crate::bail!(E_DTYPE, "libtorch dtype {other:?} has no ABI name"),
     })
 }

@@ -130,6 +130,16 @@ pub fn run<O>(call: &Call, inputs: &[Option<&Raw>], wrap: impl Fn(Raw) -> O) -> 
     shim_result(err, Code::E_TORCH)?;
     // SAFETY: on success the first `n` slots hold new at::Tensor* nobody else owns.
     let mut outs: SmallVec<[tch::Tensor; 2]> = outs[..n].iter().map(|&p| unsafe { tch::Tensor::from_ptr(p) }).collect();
+    // Results with libtorch's lazy conjugate or negative bit (ifft of a real
+    // input, views of conjugated tensors): their bytes are not their values,
+    // and the ABI reads bytes. Materialized, as `conj` is.
+    for t in outs.iter_mut().filter(|t| t.defined()) {
+        if t.is_conj() || t.is_neg() {
+            *t = t.f_resolve_conj().and_then(|r| r.f_resolve_neg()).map_err(|e| crate::err!(E_TORCH, "{}: {e}", call.op.name()))?;
+        }
+        // A result of a dtype the ABI has no name for (complex32 from half inputs) is refused, not handed out.
+        super::dtype_of(t.kind()).map_err(|e| crate::err!(E_DTYPE, "{}: {}", call.op.name(), e.detail))?;
+    }
     if let (Some(l), Some(x), [out]) = (&call.sig().lower, inputs.first().copied().flatten(), outs.as_mut_slice()) {
         if l.batchmean(&call.args) {
             if let Some(&b) = x.0.size().first() {

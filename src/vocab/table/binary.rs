@@ -8,18 +8,18 @@ use super::{c_binary, pointwise, Row};
 
 pub static ROWS: &[Row] = &[
     pointwise("add", &["add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor"], All, Same, true)
-        .with_c(&[c_binary("enkai_tensor_add", "add.Tensor", "`a + b` with broadcasting and PyTorch's type promotion (`torch.add`).\nErrors: `E_SHAPE` (the shapes do not broadcast).")]),
+        .with_c(&[c_binary("enkai_tensor_add", "add.Tensor", "`a + b` with broadcasting and PyTorch's type promotion (`torch.add`).\nErrors: `E_SHAPE` (the shapes do not broadcast).")]).complex(),
     pointwise("sub", &["sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor"], All, Same, true)
-        .with_c(&[c_binary("enkai_tensor_sub", "sub.Tensor", "`a - b` with broadcasting and type promotion (`torch.sub`).\nErrors: `E_SHAPE`, `E_DTYPE` (a bool operand, as in PyTorch).")]),
+        .with_c(&[c_binary("enkai_tensor_sub", "sub.Tensor", "`a - b` with broadcasting and type promotion (`torch.sub`).\nErrors: `E_SHAPE`, `E_DTYPE` (a bool operand, as in PyTorch).")]).complex(),
     pointwise("mul", &["mul.Tensor(Tensor self, Tensor other) -> Tensor", "mul.Scalar(Tensor self, Scalar other) -> Tensor"], All, Same, true)
-        .with_c(&[c_binary("enkai_tensor_mul", "mul.Tensor", "`a * b` (elementwise) with broadcasting and type promotion (`torch.mul`).\nErrors: `E_SHAPE`.")]),
+        .with_c(&[c_binary("enkai_tensor_mul", "mul.Tensor", "`a * b` (elementwise) with broadcasting and type promotion (`torch.mul`).\nErrors: `E_SHAPE`.")]).complex(),
     pointwise("div", &[
         "div.Tensor(Tensor self, Tensor other) -> Tensor",
         "div.Scalar(Tensor self, Scalar other) -> Tensor",
         "div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor",
         "div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor",
     ], All, ToFloat, true)
-        .with_c(&[c_binary("enkai_tensor_div", "div.Tensor", "`a / b` (true division: integers divide as fp32) with broadcasting (`torch.div`).\nErrors: `E_SHAPE`.")]),
+        .with_c(&[c_binary("enkai_tensor_div", "div.Tensor", "`a / b` (true division: integers divide as fp32) with broadcasting (`torch.div`).\nErrors: `E_SHAPE`.")]).complex(),
     pointwise("pow", &[
         "pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor",
         "pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor",

@@ -63,7 +63,7 @@ pub static ROWS: &[Row] = &[
         r#"{"inputs": [[[3,1],[4,5]]], "kwargs": {"equation": "ij,jk->ik"}}"#,
         r#"{"inputs": [[[2,3],[3]]], "kwargs": {"equation": "...,...->..."}}"#,
         r#"{"inputs": [[[2,3,4],[2,4,5],[2,5,3]]], "kwargs": {"equation": "ijk,ikl,ilm->ijm"}}"#,
-    ]),
+    ]).complex(),
     own(other("linalg.cholesky", &["linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor"], Float, Kernel, true, &[
         r#"{"inputs": [[3, 3]]}"#,
         r#"{"inputs": [[2, 3, 3]], "kwargs": {"upper": true}}"#,
@@ -123,6 +123,8 @@ pub static ROWS: &[Row] = &[
         r#"{"inputs": [[3, 4]], "kwargs": {"ord": -2}}"#,
         r#"{"inputs": [[3, 4]], "kwargs": {"ord": 3}}"#,
     ])),
+    // Real inputs (complex ones are refused on both backends); complex eigenvalues and unit-norm eigenvectors.
+    own(other("linalg.eig", &["linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)"], Float, Kernel, true, &[r#"{"inputs": [[3, 3]]}"#, r#"{"inputs": [[2, 4, 4]]}"#])),
     own(other("linalg.matrix_exp", &["linalg_matrix_exp(Tensor self) -> Tensor"], Float, Kernel, true, &[r#"{"inputs": [[3, 3]]}"#, r#"{"inputs": [[2, 4, 4]]}"#, r#"{"inputs": [[0, 0]]}"#])),
     other("matmul", &["matmul(Tensor self, Tensor other) -> Tensor"], All, Kernel, true, &[
         r#"{"inputs": [[3, 4], [4, 5]]}"#,
@@ -138,15 +140,15 @@ pub static ROWS: &[Row] = &[
         "enkai_tensor_matmul",
         "matmul",
         "`torch.matmul(a, b)`: 1-D operands promoted, batch dims broadcast; an autocast op.\nErrors: `E_SHAPE` (`matmul [2,3] x [4,5]`), `E_DTYPE` (dtypes differ).",
-    )]),
+    )]).complex(),
     other("mm", &["mm(Tensor self, Tensor mat2) -> Tensor"], All, Kernel, true, &[
         r#"{"inputs": [[3, 4], [4, 5]]}"#,
         r#"{"inputs": [[0, 4], [4, 2]]}"#,
         r#"{"inputs": [[3], [3, 2]]}"#,
-    ]),
+    ]).complex(),
     other("bmm", &["bmm(Tensor self, Tensor mat2) -> Tensor"], All, Kernel, true, &[
         r#"{"inputs": [[2, 3, 4], [2, 4, 5]]}"#,
         r#"{"inputs": [[2, 3, 4], [3, 4, 5]]}"#,
         r#"{"inputs": [[0, 3, 4], [0, 4, 1]]}"#,
-    ]),
+    ]).complex(),
 ];

@@ -31,6 +31,8 @@ pub enum Accept {
 pub enum Out {
     /// The promoted dtype.
     Same,
+    /// The promoted dtype, a complex one as its component dtype (`abs`).
+    Real,
     /// Integers and bool compute in fp32 (`torch.get_default_dtype()`).
     ToFloat,
     /// bool (comparisons, predicates).
@@ -92,6 +94,8 @@ pub struct Row {
     /// by its arguments (`F.interpolate`): the torch backend has its own
     /// kernel for it, and the schema names the Python function alone.
     pub aten: bool,
+    /// Takes complex tensors (complex64, complex128) besides what `accept` says.
+    pub complex: bool,
 }
 
 /// A typed C function of an op: one overload, with C parameters that map
@@ -146,6 +150,11 @@ impl Row {
         Row { python: "torch", ..self }
     }
 
+    /// The row takes complex tensors.
+    pub const fn complex(self) -> Row {
+        Row { complex: true, ..self }
+    }
+
     /// The row is a Python function, not one ATen operator (see `aten`).
     pub const fn python_only(self) -> Row {
         Row { aten: false, ..self }
@@ -153,8 +162,10 @@ impl Row {
 }
 
 mod binary;
+mod complex;
 mod conv;
 mod create;
+mod fft;
 mod index;
 mod inplace;
 mod linalg;
@@ -173,7 +184,7 @@ use Kind::*;
 
 /// The table, in sections by family; `crate::vocab::ops()` reads them in order,
 /// then the in-place forms derived from their out-of-place twins (`inplace::FORMS`).
-pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, reduce::ROWS, linalg::ROWS, nn::ROWS, norm::ROWS, loss::ROWS, rnn::ROWS, sample::ROWS, shape::ROWS, index::ROWS, sort::ROWS, conv::ROWS, create::ROWS, inplace::ROWS];
+pub static SECTIONS: &[&[Row]] = &[pointwise::ROWS, binary::ROWS, complex::ROWS, fft::ROWS, reduce::ROWS, linalg::ROWS, nn::ROWS, norm::ROWS, loss::ROWS, rnn::ROWS, sample::ROWS, shape::ROWS, index::ROWS, sort::ROWS, conv::ROWS, create::ROWS, inplace::ROWS];
 
 /// Every row, in the table's order, with the index of each derived in-place
 /// form's twin. Called once, by `crate::vocab`'s table: the derived rows live
@@ -189,16 +200,16 @@ pub fn rows() -> Vec<(&'static Row, Option<usize>)> {
 
 /// A one-tensor elementwise op.
 pub const fn unary(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, domain: Domain) -> Row {
-    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain, c: &[], python: "torch.nn.functional", aten: true }
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain, c: &[], python: "torch.nn.functional", aten: true, complex: false }
 }
 
 /// An elementwise op of several tensors (or a tensor and scalars).
 pub const fn pointwise(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool) -> Row {
-    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional", aten: true }
+    Row { name, cases: &[], sigs, accept, out, kind: Pointwise, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional", aten: true, complex: false }
 }
 
 /// Any other op.
 pub const fn other(name: &'static str, sigs: &'static [&'static str], accept: Accept, out: Out, grad: bool, cases: &'static [&'static str]) -> Row {
-    Row { name, cases, sigs, accept, out, kind: Other, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional", aten: true }
+    Row { name, cases, sigs, accept, out, kind: Other, grad, native: true, domain: Any, c: &[], python: "torch.nn.functional", aten: true, complex: false }
 }
 

@@ -7,14 +7,14 @@ use super::{c_unary, unary, Row};
 
 pub static ROWS: &[Row] = &[
     // ------------------------------------------------------ elementwise math
-    unary("exp", &["exp(Tensor self) -> Tensor"], All, ToFloat, true, Any),
+    unary("exp", &["exp(Tensor self) -> Tensor"], All, ToFloat, true, Any).complex(),
     unary("exp2", &["exp2(Tensor self) -> Tensor"], All, ToFloat, true, Any),
     unary("expm1", &["expm1(Tensor self) -> Tensor"], All, ToFloat, true, Any),
-    unary("log", &["log(Tensor self) -> Tensor"], All, ToFloat, true, Pos),
+    unary("log", &["log(Tensor self) -> Tensor"], All, ToFloat, true, Pos).complex(),
     unary("log2", &["log2(Tensor self) -> Tensor"], All, ToFloat, true, Pos),
     unary("log10", &["log10(Tensor self) -> Tensor"], All, ToFloat, true, Pos),
     unary("log1p", &["log1p(Tensor self) -> Tensor"], All, ToFloat, true, Pos),
-    unary("sqrt", &["sqrt(Tensor self) -> Tensor"], All, ToFloat, true, Pos),
+    unary("sqrt", &["sqrt(Tensor self) -> Tensor"], All, ToFloat, true, Pos).complex(),
     unary("rsqrt", &["rsqrt(Tensor self) -> Tensor"], All, ToFloat, true, Pos),
     unary("reciprocal", &["reciprocal(Tensor self) -> Tensor"], All, ToFloat, true, Pos),
     unary("sin", &["sin(Tensor self) -> Tensor"], All, ToFloat, true, Any),
@@ -31,8 +31,8 @@ pub static ROWS: &[Row] = &[
         .with_c(&[c_unary("enkai_tensor_sigmoid", "sigmoid", "`torch.sigmoid(x)`; integer and bool inputs give fp32, as in PyTorch.")]),
     unary("tanh", &["tanh(Tensor self) -> Tensor"], All, ToFloat, true, Any)
         .with_c(&[c_unary("enkai_tensor_tanh", "tanh", "`torch.tanh(x)`; integer and bool inputs give fp32, as in PyTorch.")]),
-    unary("abs", &["abs(Tensor self) -> Tensor"], Num, Same, true, Any),
-    unary("neg", &["neg(Tensor self) -> Tensor"], Num, Same, true, Any),
+    unary("abs", &["abs(Tensor self) -> Tensor"], Num, Real, true, Any).complex(),
+    unary("neg", &["neg(Tensor self) -> Tensor"], Num, Same, true, Any).complex(),
     unary("sign", &["sign(Tensor self) -> Tensor"], All, Same, true, Any),
     unary("square", &["square(Tensor self) -> Tensor"], All, Same, true, Any),
     unary("floor", &["floor(Tensor self) -> Tensor"], Num, Same, true, Any),

@@ -36,7 +36,7 @@ pub static ROWS: &[Row] = &[
         "enkai_tensor_sum",
         "sum.dim_IntList",
         "Sum over `dim`, or over every dim when `dim < 0`; `keepdim` non-zero keeps\nreduced dims as 1. Integer and bool inputs sum in int64, as `torch.sum`.\nErrors: `E_SHAPE` (dim out of range).",
-    )]),
+    )]).complex(),
     other(
         "mean",
         &["mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor", "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor"],
@@ -49,7 +49,7 @@ pub static ROWS: &[Row] = &[
         "enkai_tensor_mean",
         "mean.dim",
         "Mean over `dim`, or over every dim when `dim < 0`; `keepdim` as `enkai_tensor_sum`.\nErrors: `E_SHAPE` (dim out of range), `E_DTYPE` (integer or bool input).",
-    )]),
+    )]).complex(),
     other(
         "prod",
         &["prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor", "prod(Tensor self, *, ScalarType? dtype=None) -> Tensor"],

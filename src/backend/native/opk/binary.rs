@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use num_traits::Float;
 
 use super::super::autograd::{needs_grad, record_saving};
-use super::super::elem::{cast, with_elem, with_float, Elem, FloatElem, B8};
+use super::super::elem::{cast, match_elem, with_elem, with_float, Elem, FloatElem, B8};
 use super::super::fused::Real;
 use super::super::kernels::{expand_strides, zip_into, Ptr, Walk};
 use super::super::ops::{convert, full};
@@ -85,23 +85,28 @@ fn apply<const N: usize, U: NaryFn<N>>(u: U, ops: &[Raw; N], dt: DType, out_dt: 
     let refs: Vec<&Raw> = ops.iter().collect();
     let out = Raw::empty(&out_shape(&refs), out_dt)?;
     let failed = AtomicBool::new(false);
+    // Every op computes in its result's dtype (each caller passes one dtype
+    // twice), so only those pairs are compiled: each (operand, result) pair
+    // instantiates the loop once per op, and all pairs were half the
+    // library's code. Complex operands run `complex::OVERRIDES` instead.
+    if out_dt != dt {
+        crate::bail!(E_DTYPE, "{name}: {} operands with a {} result", dt.name(), out_dt.name());
+    }
     with_float!(dt, T => {
         type R = <T as FloatElem>::Real;
         let pr: Vec<R> = p.iter().map(|&v| c::<R>(v)).collect();
-        with_elem!(out_dt, D => {
-            let g = |v: [T; N]| cast::<T, D>(T::down(u.f::<R>(v.map(|x| x.up()), &pr)));
-            run_n::<N, T, D>(&out, &refs, g);
-        })
-    }, _ => with_elem!(dt, T => with_elem!(out_dt, D => {
+        let g = |v: [T; N]| T::down(u.f::<R>(v.map(|x| x.up()), &pr));
+        run_n::<N, T, T>(&out, &refs, g);
+    }, _ => match_elem!(dt, T => {
         let g = |v: [T; N]| match u.int(v.map(|x| cast::<T, i64>(x)), p) {
-            Some(r) => cast::<i64, D>(r),
+            Some(r) => cast::<i64, T>(r),
             None => {
                 failed.store(true, Ordering::Relaxed);
-                D::default()
+                T::default()
             }
         };
-        run_n::<N, T, D>(&out, &refs, g);
-    })));
+        run_n::<N, T, T>(&out, &refs, g);
+    }, [I64: i64, I32: i32, Bool: B8, U8: u8, I8: i8, I16: i16], _ => crate::bail!(E_DTYPE, "{name}: {} is not supported here", dt.name())));
     if failed.load(Ordering::Relaxed) {
         crate::bail!(E_INVALID_ARG, "{name}: ZeroDivisionError (integer division by zero)");
     }

@@ -65,8 +65,8 @@ fn refuse(op: &str, dt: DType, takes: &str) -> crate::error::Error {
 /// The largest finite value of a dtype and the integer range, as c10's `overflows` reads them.
 fn limits(dt: DType) -> (f64, f64) {
     match dt {
-        DType::F64 => (-f64::MAX, f64::MAX),
-        DType::F32 => (-f64::from(f32::MAX), f64::from(f32::MAX)),
+        DType::F64 | DType::C128 => (-f64::MAX, f64::MAX),
+        DType::F32 | DType::C64 => (-f64::from(f32::MAX), f64::from(f32::MAX)),
         DType::F16 => (-65504.0, 65504.0),
         DType::BF16 => (-3.3895313892515355e38, 3.3895313892515355e38),
         DType::I64 => (i64::MIN as f64, i64::MAX as f64),

@@ -68,8 +68,8 @@ fn fill_value(op: &str, s: Scalar, dt: DType) -> Result<Raw> {
         return scalar_raw(s, dt);
     }
     let (lo, hi) = match (dt, s) {
-        (DType::Bool | DType::F64, _) | (_, Scalar::Bool(_)) => (f64::NEG_INFINITY, f64::INFINITY),
-        (DType::F32 | DType::BF16, _) => (-(f32::MAX as f64), f32::MAX as f64),
+        (DType::Bool | DType::F64 | DType::C128, _) | (_, Scalar::Bool(_)) => (f64::NEG_INFINITY, f64::INFINITY),
+        (DType::F32 | DType::BF16 | DType::C64, _) => (-(f32::MAX as f64), f32::MAX as f64),
         (DType::F16, _) => (-65504.0, 65504.0),
         (DType::I64, _) => (-9.223_372_036_854_776e18, 9.223_372_036_854_776e18),
         (DType::I32, _) => (-2147483648.0, 2147483647.0),

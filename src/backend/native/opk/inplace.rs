@@ -49,6 +49,9 @@ fn inplace(call: &Call, ins: &[Option<&Raw>], compute: impl FnOnce(&[Option<&Raw
         if b.is_grad_leaf() {
             crate::bail!(E_AUTOGRAD, "{name}: a view of a leaf Variable that requires grad is being used in an in-place operation");
         }
+        if b.dtype() != s.dtype() {
+            crate::bail!(E_AUTOGRAD, "{name}: an in-place operation on a {} view of a {} tensor (real, imag, view_as_real, view_as_complex) while autograd records it is not supported on the cpu backend; clone the view first", s.dtype().name(), b.dtype().name());
+        }
         if !b.is_contiguous() || s.0.offset < b.0.offset {
             crate::bail!(E_AUTOGRAD, "{name}: an in-place operation on a view of a non-contiguous tensor while autograd records it is not supported on the cpu backend; make the base contiguous first");
         }

@@ -5,9 +5,12 @@
 //! Each family file lists its kernels in a `KERNELS` table.
 
 mod binary;
+mod complex;
 mod conv;
 mod create;
 mod dense;
+mod eig;
+mod fft;
 mod index;
 mod inplace;
 mod linalg;
@@ -28,12 +31,14 @@ use super::tensor::Raw;
 use crate::error::Result;
 use crate::vocab::{self, Call};
 
+pub use complex::conj_plain;
+
 pub type Kernel = fn(&Call, &[Option<&Raw>]) -> Result<Vec<Raw>>;
 
 fn registry() -> &'static Vec<Vec<Option<Kernel>>> {
     static R: OnceLock<Vec<Vec<Option<Kernel>>>> = OnceLock::new();
     R.get_or_init(|| {
-        let families = [pointwise::KERNELS, binary::KERNELS, reduce::KERNELS, linalg::KERNELS, dense::KERNELS, spectral::KERNELS, nn::KERNELS, norm::KERNELS, loss::KERNELS, rnn::KERNELS, sample::KERNELS, shape::KERNELS, index::KERNELS, sort::KERNELS, conv::KERNELS, create::KERNELS, inplace::KERNELS];
+        let families = [complex::KERNELS, fft::KERNELS, eig::KERNELS, pointwise::KERNELS, binary::KERNELS, reduce::KERNELS, linalg::KERNELS, dense::KERNELS, spectral::KERNELS, nn::KERNELS, norm::KERNELS, loss::KERNELS, rnn::KERNELS, sample::KERNELS, shape::KERNELS, index::KERNELS, sort::KERNELS, conv::KERNELS, create::KERNELS, inplace::KERNELS];
         let all: std::collections::HashMap<&str, Kernel> = families.iter().flat_map(|f| f.iter().copied()).collect();
         let mut r: Vec<Vec<Option<Kernel>>> =
             vocab::ops().iter().map(|o| o.sigs.iter().map(|s| all.get(s.text.split('(').next().unwrap_or("")).copied()).collect()).collect();
@@ -55,6 +60,11 @@ pub fn has_kernel(op: usize, sig: usize) -> bool {
 }
 
 pub fn run(call: &Call, inputs: &[Option<&Raw>]) -> Result<Vec<Raw>> {
+    if complex::any_complex(inputs) {
+        if let Some((_, k)) = complex::OVERRIDES.iter().find(|(name, _)| *name == call.overload()) {
+            return k(call, inputs);
+        }
+    }
     match registry()[call.op.index][call.sig] {
         Some(k) => k(call, inputs),
         None => crate::bail!(E_UNSUPPORTED, "{}: the overload {} is not supported on the cpu backend", call.op.name(), call.overload()),

@@ -203,7 +203,7 @@ fn sgn(v: f64) -> f64 {
 fn sum_mean(call: &Call, ins: &[Option<&Raw>], mean: bool) -> Result<Vec<Raw>> {
     let x0 = input(ins, 0);
     let x = with_dtype(call, x0)?;
-    if mean && !x.dtype().is_float() {
+    if mean && !x.dtype().is_inexact() {
         crate::bail!(E_DTYPE, "mean: could not infer the output dtype: the input must be floating (or pass dtype=), got {}", x.dtype().name());
     }
     let red = Red::new(&x, dims_or_all(call), keepdim(call));
@@ -211,7 +211,7 @@ fn sum_mean(call: &Call, ins: &[Option<&Raw>], mean: bool) -> Result<Vec<Raw>> {
         Some(out) => out?,
         None => sum_mask(&x, &red.mask, keepdim(call), mean)?,
     };
-    if !out.dtype().is_float() || !needs_grad(&[x0]) {
+    if !out.dtype().is_inexact() || !needs_grad(&[x0]) {
         return Ok(vec![out]);
     }
     let div = if mean { red.r as f64 } else { 1.0 };

@@ -11,7 +11,7 @@
 //! independent, so results do not depend on the thread count.
 
 use super::super::autograd::{needs_grad, record_saving};
-use super::super::elem::{with_elem, with_float, Elem, B8};
+use super::super::elem::{with_elem, with_float, with_ordered, Elem, B8};
 use super::super::kernels::Ptr;
 use super::super::ops::convert;
 use super::super::simd::multiversion;
@@ -209,10 +209,15 @@ fn sort_lane<T: Key>(l: &[T], desc: bool, v: &mut [T], ix: &mut [i64]) {
     }
 }
 
+/// Complex numbers have no order: core refuses them for these ops, and so do the kernels.
+fn unordered(op: &str, x: &Raw) -> crate::error::Error {
+    crate::err!(E_DTYPE, "{op}: {} is not supported (complex numbers are not ordered)", x.dtype().name())
+}
+
 fn sorted(call: &Call, x: &Raw) -> Result<(Raw, Raw)> {
     let (d, desc) = (dim(call), call.bool("descending").unwrap_or(false));
     let r = lane_len(x, d) as usize;
-    let (v, i) = with_elem!(x.dtype(), T => per_lane::<T>(x, d, r, |l, v, ix| sort_lane(l, desc, v, ix)))?;
+    let (v, i) = with_ordered!(x.dtype(), T => per_lane::<T>(x, d, r, |l, v, ix| sort_lane(l, desc, v, ix)), _ => Err(unordered("sort", x)))?;
     Ok((v, i))
 }
 
@@ -286,7 +291,7 @@ fn topk(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     }
     // A 0-dim input gives a 0-dim result whatever k (0 or 1), as in PyTorch.
     let k = if x.dim() == 0 { 1 } else { k as usize };
-    let (v, i) = with_elem!(x.dtype(), T => per_lane::<T>(x, d, k, |l, v, ix| topk_lane(l, k, largest, v, ix)))?;
+    let (v, i) = with_ordered!(x.dtype(), T => per_lane::<T>(x, d, k, |l, v, ix| topk_lane(l, k, largest, v, ix)), _ => Err(unordered("topk", x)))?;
     let vals = picked_backward(unswap(&v, d, x.dim()), x, d, true, i.clone(), "TopkBackward0");
     Ok(vec![vals, unswap(&i, d, x.dim())])
 }
@@ -390,7 +395,7 @@ fn unique(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
     let x = input(ins, 0).contiguous()?;
     let (inverse, counts) = (call.bool("return_inverse").unwrap_or(false), call.bool("return_counts").unwrap_or(false));
     // CPU PyTorch returns sorted values whatever `sorted` says; NaNs stay apart (NaN != NaN).
-    with_elem!(x.dtype(), T => {
+    with_ordered!(x.dtype(), T => {
         let v = x.slice::<T>();
         let mut p: Vec<(u64, usize)> = v.iter().enumerate().map(|(i, &e)| (e.key(), i)).collect();
         p.sort_unstable();
@@ -411,7 +416,7 @@ fn unique(call: &Call, ins: &[Option<&Raw>]) -> Result<Vec<Raw>> {
             if inverse { Raw::from_vec::<i64>(x.shape(), &inv)? } else { Raw::empty(&[0], DType::I64)? },
             if counts { Raw::from_vec::<i64>(&[u], &cnt)? } else { Raw::empty(&[0], DType::I64)? },
         ])
-    })
+    }, _ => Err(unordered("unique", &x)))
 }
 
 // -------------------------------------------------------------- searchsorted
