@@ -28,6 +28,7 @@ gradient is 4.5e-6 off its fp64 one, and ours 4.5e-6.
 import gc
 import inspect
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -123,7 +124,12 @@ LOOSE = {"scaled_dot_product_attention": 20, "lstm": 40, "gru": 40, "group_norm"
 # fp16; on this CI machine PyTorch 2.13 rounds once instead (its error against
 # fp64, relative to 1+|y|, was 0.00045 over 300 random [2,3,4,5]x[3,2,3,3]
 # calls, and ours 0.0076, so 11 of 30 hash seeds failed atol 0.001).
-LOOSE_HALF = {"batch_norm": 4, "conv_transpose2d": 8}
+# interpolate: PyTorch's CPU bf16 linear (1-d) kernel rounds its weights to
+# bf16; against fp64 (relative to 1+|y|) its error over 300 random [2,3,4]
+# -> 9 calls was 0.017, rounding once 0.0031 (what native does). Over 20000
+# calls with the test's N(0, 1.5) values the two were at most 1.67x atol
+# apart beyond rtol; CI failed one case (1.17x) at 1x.
+LOOSE_HALF = {"batch_norm": 4, "conv_transpose2d": 8, "interpolate": 3}
 # Recurrent ops in half precision are held to the fp64 result instead
 # (check_no_worse_than_torch): no further from it than PyTorch's own.
 RECURRENT = {"lstm", "gru", "lstm_cell", "gru_cell"}
@@ -260,7 +266,7 @@ def refusal(fn):
 
 @pytest.mark.parametrize("name", [n for n in OPS if all(o["pointwise"] for o in overloads(n))])
 def test_pointwise_op(name, backend):
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
     checked = 0
     for ov in overloads(name):
         if backend not in ov["backends"] or ov["domain"] == "own":
@@ -467,7 +473,7 @@ def results(x):
 # Rows of domain "own" (random results) are tested by test_op_random.py.
 @pytest.mark.parametrize("name", [n for n in OPS if not all(o["pointwise"] or o["domain"] == "own" for o in overloads(n))])
 def test_op_cases(name, backend):
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
     checked = 0
     for ov in overloads(name):
         if backend not in ov["backends"] or ov["domain"] == "own":
