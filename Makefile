@@ -180,6 +180,7 @@ bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/na
 	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/einsum_compare.py
 	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/linalg_compare.py build/bench/fma_peak
 	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/fft_compare.py
+	ENKAI_TENSOR_PATH=$(NOTORCH) python benches/quant_compare.py build/bench/fma_peak
 	python benches/cnn_compare.py $(NOTORCH)
 	python benches/grad_checkpoint_compare.py build/examples/llama_train $(NOTORCH)
 

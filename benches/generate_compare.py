@@ -6,7 +6,10 @@ transformers' save_pretrained:
 - `--arch llama`: a Llama-style model at d_model 512, 8 layers, 8 query and
   4 key/value heads, SwiGLU 1408, vocab 32000, run by examples-c/llama_generate;
 each with its KV cache on the native and torch backends, vs transformers
-eager `model.generate(do_sample=False)` on the CPU.
+eager `model.generate(do_sample=False)` on the CPU. The Llama model also
+runs natively with int8 weights (`--quantize q8_0` and `qint8`: every
+linear layer and the head), and the prompt's logits of those runs are
+compared with the fp32 run's.
 
 Times cover generation only (the prompt's pass and the 128 steps), not
 loading: gpt2_generate times itself after loading the file and prints
@@ -46,12 +49,15 @@ ARCHS = {
 }
 
 
-def ours(exe, model_dir, threads, backend, lib_dir):
+def ours(exe, model_dir, threads, backend, lib_dir, *extra, n_new=N_NEW):
     env = dict(os.environ, ENKAI_BACKEND=backend, ENKAI_NUM_THREADS=str(threads))
     if lib_dir:
         env["LD_LIBRARY_PATH"] = lib_dir + os.pathsep + env.get("LD_LIBRARY_PATH", "")
-    out = subprocess.run([exe, model_dir, ",".join(map(str, PROMPT)), str(N_NEW)], env=env,
+    out = subprocess.run([exe, model_dir, ",".join(map(str, PROMPT)), str(n_new), *extra], env=env,
                          capture_output=True, text=True, timeout=1200)
+    if n_new == 0:
+        assert out.returncode == 0, out.stderr
+        return out.stdout
     if out.returncode != 0:
         raise SystemExit(f"{exe} ({backend}) failed:\n{out.stderr}")
     m = re.search(r"(\d+) new tokens in ([0-9.]+) s", out.stderr)
@@ -84,6 +90,9 @@ def main():
     model = make().eval()
     sides = [("native backend", lambda n: ours(exe, d, n, "cpu", None)),
              ("torch backend", lambda n: ours(exe, d, n, "torch", None))]
+    quantized = [("native, q8_0 weights", "q8_0"), ("native, qint8 weights", "qint8")] if arch == "llama" else []
+    for label, scheme in quantized:
+        sides.insert(1, (label, lambda n, scheme=scheme: ours(exe, d, n, "cpu", None, "--quantize", scheme)))
     if notorch and Path(notorch).exists():
         lib_dir = str(Path(notorch).resolve().parent)
         sides.insert(1, ("native (libtorch-free build)", lambda n: ours(exe, d, n, "cpu", lib_dir)))
@@ -103,6 +112,17 @@ def main():
                     if tps > best.get(label, (0, None))[0]:
                         best[label] = (tps, tokens)
             rows[n] = best
+        logit_err = {}
+        if quantized:
+            import numpy as np
+
+            def logits(*extra):
+                text = ours(exe, d, 1, "cpu", None, "--print-logits", *extra, n_new=0)
+                return np.array([[float(v) for v in line.split()] for line in text.splitlines()[:-1]])
+            ref = logits()
+            for label, scheme in quantized:
+                diff = np.abs(logits("--quantize", scheme) - ref)
+                logit_err[label] = (diff.max(), diff.mean(), np.abs(ref).max())
     torch.set_num_threads(threads0)
 
     print(f"{title}, batch 1, "
@@ -115,6 +135,8 @@ def main():
             tps, _ = best[label]
             cells.append(f"{tps:8.1f} ({tps / best['transformers eager'][0]:4.2f}x)")
         print(f"  {label:30} " + " ".join(f"{c:>18}" for c in cells))
+    for label, (mx, mean, scale) in logit_err.items():
+        print(f"  {label}: prompt logits vs the fp32 run: max |diff| {mx:.4f}, mean {mean:.5f} (largest |logit| {scale:.3f})")
     # Random weights of GPT-2's init (std 0.02) leave near-ties among the
     # logits, so a few ulps of difference may pick another token: reported,
     # not asserted (python/tests/test_hf_models.py checks the tokens).

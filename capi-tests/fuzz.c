@@ -113,8 +113,10 @@ static void outcome(int failed) {
 }
 
 /* ---------- the model of live handles ---------- */
-enum { K_TENSOR, K_DEVICE, K_OPT, K_SCALER, K_ST, K_N };
-static const char *const kind_names[K_N] = {"tensor", "device", "optimizer", "scaler", "safetensors"};
+/* K_Q: quantized tensors, a kind of their own (tag 6) that the tensor
+ * functions take; the tensor counter counts them with the tensors. */
+enum { K_TENSOR, K_DEVICE, K_OPT, K_SCALER, K_ST, K_Q, K_N };
+static const char *const kind_names[K_N] = {"tensor", "device", "optimizer", "scaler", "safetensors", "quantized tensor"};
 #define MAX_LIVE (1 << 17)
 #define MAX_DEAD 512
 typedef struct {
@@ -240,18 +242,19 @@ static void model_new_list(const char *json) {
 }
 
 static int (*const release_of[K_N])(int64_t) = {enkai_tensor_free, enkai_tensor_device_free, enkai_tensor_opt_free,
-                                                enkai_amp_scaler_free, enkai_safetensors_free};
+                                                enkai_amp_scaler_free, enkai_safetensors_free, enkai_tensor_free};
+
+static int64_t counted_with_tensors(void) { return 0; }
 
 static int64_t (*const live_counter[K_N])(void) = {
     enkai_tensor_live_tensors, enkai_tensor_live_devices, enkai_tensor_live_opts, enkai_tensor_live_scalers,
-    enkai_tensor_live_safetensors};
+    enkai_tensor_live_safetensors, counted_with_tensors};
 
 static void check_counters(void) {
     for (int k = 0; k < K_N; k++) {
-        int64_t got = live_counter[k]();
-        if (got != baseline[k] + n_live[k])
-            fail("after %s: %" PRId64 " live %ss, the model holds %" PRId64, current, got, kind_names[k],
-                 baseline[k] + n_live[k]);
+        if (k == K_Q) continue; /* counted with the tensors */
+        int64_t got = live_counter[k](), want = baseline[k] + n_live[k] + (k == K_TENSOR ? n_live[K_Q] : 0);
+        if (got != want) fail("after %s: %" PRId64 " live %ss, the model holds %" PRId64, current, got, kind_names[k], want);
     }
 }
 
@@ -269,7 +272,8 @@ static int64_t any_handle_of(int k) {
 
 /* Usually a handle of kind `k`, sometimes one of another kind. */
 static int64_t handle(int k) { return any_handle_of(chance(88) ? k : below(K_N)); }
-static int64_t tensor(void) { return handle(K_TENSOR); }
+/* Now and then a quantized tensor, which every op but the products refuses. */
+static int64_t tensor(void) { return chance(5) ? any_handle_of(K_Q) : handle(K_TENSOR); }
 
 static const char *hostile_string(void) {
     static const char *const s[] = {
@@ -467,8 +471,9 @@ static void retain_free(int k, int (*retain)(int64_t), int (*release)(int64_t), 
 }
 
 OP(retain_free) {
-    switch (below(4)) {
+    switch (below(5)) {
     case 0: retain_free(K_TENSOR, enkai_tensor_retain, enkai_tensor_free, "enkai_tensor_retain", "enkai_tensor_free"); break;
+    case 4: retain_free(K_Q, enkai_tensor_retain, enkai_tensor_free, "enkai_tensor_retain", "enkai_tensor_free"); break;
     case 1: retain_free(K_DEVICE, enkai_tensor_device_retain, enkai_tensor_device_free, "enkai_tensor_device_retain", "enkai_tensor_device_free"); break;
     case 2: retain_free(K_OPT, enkai_opt_retain, enkai_tensor_opt_free, "enkai_opt_retain", "enkai_tensor_opt_free"); break;
     default: retain_free(K_SCALER, enkai_amp_scaler_retain, enkai_amp_scaler_free, "enkai_amp_scaler_retain", "enkai_amp_scaler_free");
@@ -488,6 +493,24 @@ OP(binary) {
     case 4: h = enkai_tensor_div(a, b); break;
     case 5: h = enkai_tensor_embedding(a, b); break;
     default: h = enkai_tensor_cross_entropy(a, b);
+    }
+    t_new(h);
+}
+
+OP(quant) {
+    int64_t x = tensor(), h;
+    static const char *const names[] = {"enkai_quantize_per_channel", "enkai_quantize_q8_0", "enkai_dequantize",
+                                        "enkai_quantized_scales", "linear", "matmul"};
+    int w = below(6);
+    int64_t axis = dim_arg(), wt = chance(70) ? any_handle_of(K_Q) : tensor(), b = chance(50) ? tensor() : 0;
+    current = names[w]; logcall("%s(%" PRId64 ", axis %" PRId64 ", w %" PRId64 ", b %" PRId64 ")", names[w], x, axis, wt, b);
+    switch (w) {
+    case 0: h = enkai_quantize_per_channel(x, axis); break;
+    case 1: h = enkai_quantize_q8_0(x); break;
+    case 2: h = enkai_dequantize(chance(80) ? any_handle_of(K_Q) : x); break;
+    case 3: h = enkai_quantized_scales(chance(80) ? any_handle_of(K_Q) : x); break;
+    case 4: h = enkai_tensor_linear(x, wt, b); break;
+    default: h = enkai_tensor_matmul(x, wt);
     }
     t_new(h);
 }
@@ -1207,7 +1230,7 @@ OP(dlpack) {
         outcome(m == NULL);
         if (!m) break;
         if (m->version.major != 1 || !m->deleter) fail("to_dlpack: version %u.%u, deleter %p", m->version.major, m->version.minor, (void *)m->deleter);
-        if (enkai_tensor_live_tensors() != baseline[K_TENSOR] + n_live[K_TENSOR] + 1) fail("to_dlpack: the export is not counted");
+        if (enkai_tensor_live_tensors() != baseline[K_TENSOR] + n_live[K_TENSOR] + n_live[K_Q] + 1) fail("to_dlpack: the export is not counted");
         if (chance(50)) {
             logmore(" -> deleted");
             m->deleter(m);
@@ -1555,7 +1578,7 @@ static const op_t ops[] = {
     {op_create, 14}, {op_from_data, 4}, {op_ids_u32, 2}, {op_device, 2}, {op_retain_free, 18}, {op_binary, 10},
     {op_unary, 10}, {op_layout, 9}, {op_nn, 6}, {op_data_out, 6}, {op_autograd, 8}, {op_optim, 5}, {op_amp, 4},
     {op_backend, 1}, {op_library, 2}, {op_generic, 12}, {op_lm, 2}, {op_checkpoint, 1}, {op_dist, 2}, {op_dlpack, 3},
-    {op_safetensors, 4}, {op_grad_checkpoint, 3},
+    {op_safetensors, 4}, {op_grad_checkpoint, 3}, {op_quant, 4},
 };
 
 #define SLOW_S 10.0

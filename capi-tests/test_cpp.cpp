@@ -163,6 +163,24 @@ static void train(const enkai::Device& cpu) {
 // save_safetensors, then SafetensorsFile's names, info, get and metadata read
 // it back (python/tests/test_cpp_safetensors.py checks the same calls
 // against the reference `safetensors` package).
+// Quantized weights through the C++ wrapper: RAII frees them, the products take them.
+static void quantized(const enkai::Device& cpu) {
+  std::vector<float> w(64 * 32), x(3 * 32);
+  for (std::size_t i = 0; i < w.size(); i++) w[i] = float(int(i * 37 % 29) - 14) / 7.0f;
+  for (std::size_t i = 0; i < x.size(); i++) x[i] = float(int(i * 11 % 17) - 8) / 4.0f;
+  auto wt = enkai::Tensor::from_data(w, {64, 32}, cpu), xt = enkai::Tensor::from_data(x, {3, 32}, cpu);
+  auto q = enkai::quantize_q8_0(wt), qc = enkai::quantize_per_channel(wt, 0);
+  CHECK(q.dtype() == "q8_0" && qc.dtype() == "qint8");
+  auto y = enkai::op("linear", {xt, q}), yc = enkai::op("linear", {xt, qc});
+  auto ref = enkai::op("linear", {xt, wt});
+  auto a = y[0].to_vector<float>(), b = yc[0].to_vector<float>(), r = ref[0].to_vector<float>();
+  bool close = a.size() == r.size() && b.size() == r.size();
+  for (std::size_t i = 0; close && i < r.size(); i++) close = std::fabs(a[i] - r[i]) < 0.5f && std::fabs(b[i] - r[i]) < 0.5f;
+  CHECK(close);
+  CHECK(enkai::dequantize(q).shape() == (enkai::Shape{64, 32}));
+  CHECK_THROWS(q + xt, E_DTYPE);
+}
+
 static void safetensors(const enkai::Device& cpu) {
   const enkai::LiveCounts base = enkai::live();
   char tmpl[] = "/tmp/enkai_cpp_st_XXXXXX";
@@ -285,6 +303,7 @@ int main() {
     optimizers(cpu);
     grad_checkpoint(cpu);
     safetensors(cpu);
+    quantized(cpu);
   }
   CHECK(enkai::live() == base);
   std::printf("capi-cpp: %d passed, %d failed\n", passed, failed);

@@ -256,6 +256,45 @@ static void test_round_trip(int64_t dev) {
     }
 }
 
+/* A quantized weight through its whole life from C: quantize, read its
+ * dtype, shape and bytes, multiply, save and load, free (valgrind watches). */
+static void test_quantized(int64_t dev) {
+    float w[2 * 32], x[32], y[2];
+    for (int i = 0; i < 64; i++) w[i] = (float)((i * 7) % 13) - 6.0f;
+    for (int i = 0; i < 32; i++) x[i] = (float)(i % 5) - 2.0f;
+    int64_t wt = enkai_tensor_from_data(w, sizeof w, "[2,32]", "fp32", dev);
+    int64_t xt = enkai_tensor_from_data(x, sizeof x, "[1,32]", "fp32", dev);
+    int64_t q = enkai_quantize_q8_0(wt), qc = enkai_quantize_per_channel(wt, 0);
+    CHECK(q > 0 && qc > 0);
+    char *dt = NULL;
+    size_t n = 0;
+    CHECK(enkai_tensor_dtype(q, &dt, &n) == 0 && dt && strcmp(dt, "q8_0") == 0);
+    enkai_tensor_string_free(dt);
+    CHECK(enkai_tensor_numel(q) == 64);
+    unsigned char raw[2 * 34];
+    CHECK(enkai_tensor_copy_to(q, raw, sizeof raw) == 0);
+    CHECK(raw[2] == (unsigned char)(signed char)-127); /* block 0's first value, -6, is its largest magnitude */
+    CHECK(enkai_tensor_copy_to(q, raw, 10) == 1);
+    CHECK_ERR(E_SHAPE);
+    int64_t in[] = {xt, q}, out = 0;
+    CHECK(enkai_op("linear", in, 2, NULL, &out, 1) == 1 && out > 0);
+    CHECK(enkai_tensor_copy_to(out, y, sizeof y) == 0);
+    float want[2] = {0, 0};
+    for (int j = 0; j < 2; j++)
+        for (int i = 0; i < 32; i++) want[j] += x[i] * w[j * 32 + i];
+    /* x's integers quantize exactly (2 -> 127 at scale 2/127), w's to within 6/254. */
+    CHECK(y[0] - want[0] < 1.0f && want[0] - y[0] < 1.0f && y[1] - want[1] < 1.0f && want[1] - y[1] < 1.0f);
+    CHECK(enkai_tensor_add(q, xt) == 0);
+    CHECK_ERR(E_DTYPE);
+    CHECK(enkai_dequantize(xt) == 0);
+    CHECK_ERR(E_HANDLE_KIND);
+    CHECK(enkai_tensor_retain(qc) == 0 && enkai_tensor_free(qc) == 0);
+    int64_t hs[] = {out, q, qc, wt, xt};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) CHECK(enkai_tensor_free(hs[i]) == 0);
+    CHECK(enkai_tensor_free(q) == 1);
+    CHECK_ERR(E_HANDLE_STALE);
+}
+
 int main(void) {
     int64_t tensors0 = enkai_tensor_live_tensors(), devices0 = enkai_tensor_live_devices();
     test_library();
@@ -266,8 +305,10 @@ int main(void) {
     test_metadata(dev);
     test_seed(dev);
     test_round_trip(dev);
+    test_quantized(dev);
     CHECK(enkai_backend_set("cpu") == 0);
     test_round_trip(dev);
+    test_quantized(dev);
     CHECK(enkai_backend_set(home) == 0);
     CHECK(enkai_tensor_device_free(dev) == 0);
     CHECK(enkai_tensor_live_tensors() == tensors0);

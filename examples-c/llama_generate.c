@@ -7,6 +7,7 @@
  *   llama_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P]
  *                  [--temperature T] [--seed S] [--device D] [--threads N]
  *                  [--no-cache] [--print-logits] [--mem-report N]
+ *                  [--quantize q8_0|qint8]
  *
  * The model: RMSNorm (`rms_norm`), rotary position embeddings with the
  * config's rope_theta (transformers' rotate-half form), grouped-query
@@ -170,6 +171,23 @@ static int64_t linear(int64_t x, int64_t w, int64_t b) {
     return op("linear", in, b ? 3 : 2, NULL);
 }
 
+/* --quantize: an fp32 weight [out, in] replaced by its int8 form (ggml's
+ * q8_0, or a qint8 scale per output row), which `linear` takes as it is. */
+static int64_t quantized(int64_t w, const char *scheme) {
+    int64_t q = !strcmp(scheme, "q8_0") ? enkai_quantize_q8_0(w) : enkai_quantize_per_channel(w, 0);
+    if (!q) fail("quantize");
+    drop(w);
+    return q;
+}
+
+static void quantize(Model *m, const char *scheme) {
+    static const int linears[] = {Q, K, V, O, GATE, UP, DOWN};
+    for (int64_t i = 0; i < m->L; i++)
+        for (size_t j = 0; j < sizeof linears / sizeof linears[0]; j++)
+            m->layer[i].w[linears[j]] = quantized(m->layer[i].w[linears[j]], scheme);
+    m->head = quantized(m->head, scheme);
+}
+
 static int64_t rms_norm(const Model *m, int64_t x, int64_t w) {
     int64_t in[] = {x, w};
     return op("rms_norm", in, 2, m->rms_kw);
@@ -301,7 +319,8 @@ static long long rss_kb(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: llama_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P] [--temperature T] "
-                    "[--seed S] [--device D] [--threads N] [--no-cache] [--print-logits] [--mem-report N]\n");
+                    "[--seed S] [--device D] [--threads N] [--no-cache] [--print-logits] [--mem-report N] "
+                    "[--quantize q8_0|qint8]\n");
     exit(2);
 }
 
@@ -310,7 +329,7 @@ int main(int argc, char **argv) {
     int topk = 0, want_logits = 0, no_cache = 0;
     double temperature = 1.0, topp = 0;
     long long seed = 0, threads = 0, mem_every = 0;
-    const char *device = "cpu";
+    const char *device = "cpu", *scheme = NULL;
     for (int i = 4; i < argc; i++) {
         if (!strcmp(argv[i], "--print-logits")) want_logits = 1;
         else if (!strcmp(argv[i], "--no-cache")) no_cache = 1;
@@ -322,12 +341,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--device")) device = argv[++i];
         else if (!strcmp(argv[i], "--threads")) threads = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--mem-report")) mem_every = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--quantize")) scheme = argv[++i];
         else usage();
     }
     char *end;
     long n_new = strtol(argv[3], &end, 10);
     if (end == argv[3] || *end || n_new < 0 || !(temperature > 0) || topk < 0 || !(topp >= 0 && topp <= 1) ||
-        threads < 0 || mem_every < 0)
+        threads < 0 || mem_every < 0 || (scheme && strcmp(scheme, "q8_0") && strcmp(scheme, "qint8")))
         usage();
 
     /* Inference only: no graph, no activations kept for a backward. */
@@ -342,6 +362,18 @@ int main(int argc, char **argv) {
     for (const char *p = argv[2]; *p; p++) T += *p == ',';
     Model m = load(argv[1], (int64_t)(T + (size_t)n_new), dev);
     uint32_t *ids = parse_ids(argv[2], m.V, (size_t)n_new, &T);
+    if (scheme) {
+        /* The int8 products give fp32 results: the rest of the model must be fp32 too. */
+        char *dt = NULL;
+        size_t dl = 0;
+        if (enkai_tensor_dtype(m.norm, &dt, &dl)) fail("dtype");
+        if (strcmp(dt, "fp32")) {
+            fprintf(stderr, "E_INVALID_ARG: --quantize needs an fp32 model, this one is %s\n", dt);
+            return 1;
+        }
+        enkai_tensor_string_free(dt);
+        quantize(&m, scheme);
+    }
     if ((int64_t)(T + (size_t)n_new) > m.P) {
         fprintf(stderr, "E_INVALID_ARG: %zu prompt + %ld new tokens exceed max_position_embeddings %lld\n", T, n_new,
                 (long long)m.P);

@@ -865,8 +865,8 @@ void enkai_free(uint8_t *ptr, size_t len);
 void enkai_tensor_string_free(char *p);
 
 /**
- * Number of live tensor handles (not the sum of their reference counts),
- * plus DLPack exports whose deleter has not run yet. Never fails.
+ * Number of live tensor handles, quantized ones included (not the sum of
+ * their reference counts), plus DLPack exports whose deleter has not run yet. Never fails.
  */
 int64_t enkai_tensor_live_tensors(void);
 
@@ -1128,7 +1128,10 @@ int64_t enkai_tensor_embedding(int64_t w, int64_t ids);
 
 /**
  * `x @ w + b` with `w` laid out `[in, out]` (`F.linear(x, w.T, b)`; an
- * autocast op); `b` may be 0 for none. Errors: `E_SHAPE`, `E_DTYPE`.
+ * autocast op); `b` may be 0 for none. `w` may be a qint8 tensor with its
+ * scales along dim 1: an int8 product with an fp32 result (README
+ * "Quantized tensors"). Errors: `E_SHAPE`, `E_DTYPE`, `E_UNSUPPORTED` (a
+ * quantized `w` of another layout), `E_DEVICE` (a quantized `w` with a CUDA `x`).
  */
 int64_t enkai_tensor_linear(int64_t x, int64_t w, int64_t b);
 
@@ -1152,6 +1155,46 @@ int64_t enkai_tensor_to_device(int64_t x, int64_t dev);
  * `dtype` is NULL or a NUL-terminated string.
  */
 int64_t enkai_tensor_to_dtype(int64_t x, const char *dtype);
+
+/**
+ * Symmetric per-channel int8 of the floating tensor `x` (any device, any
+ * dtype, read as fp32): zero point 0, `scale = max|slice| / 127` for each
+ * index of `axis` (negative counts from the end; 0 for an all-zero slice),
+ * `q = nearbyint(x * (1/scale))`, as `torch.quantize_per_channel(x, scales,
+ * zeros, axis, torch.qint8)`. The result's dtype is `qint8`, its values
+ * host memory. Returns a new quantized tensor handle owned by the caller
+ * (free it with `enkai_tensor_free`), or 0 with `E_DTYPE` (not floating),
+ * `E_SHAPE` (axis out of range, 0-dim), `E_INVALID_ARG` (a non-finite
+ * value), `E_HANDLE_*`.
+ */
+int64_t enkai_quantize_per_channel(int64_t x, int64_t axis);
+
+/**
+ * ggml's `block_q8_0` along the last dim of the floating tensor `x`: per
+ * block of 32 values, `d = max|block| / 127` kept as fp16 and `q =
+ * roundf(x * (1/d))` (`quantize_row_q8_0_ref`). The result's dtype is
+ * `q8_0`; `enkai_tensor_copy_to` gives ggml's bytes (per block: `d`
+ * little-endian fp16, then 32 int8). Returns a new quantized tensor handle
+ * owned by the caller, or 0 with `E_DTYPE`, `E_SHAPE` (the last dim not a
+ * multiple of 32, 0-dim), `E_INVALID_ARG` (a non-finite value, or a block
+ * whose scale overflows fp16), `E_HANDLE_*`.
+ */
+int64_t enkai_quantize_q8_0(int64_t x);
+
+/**
+ * The float32 values `q * scale` of the quantized tensor `q`, in its
+ * logical shape, on the CPU of the backend that quantized it. Returns a new
+ * tensor handle owned by the caller, or 0 with `E_HANDLE_*` (`E_HANDLE_KIND`
+ * for a plain tensor).
+ */
+int64_t enkai_dequantize(int64_t q);
+
+/**
+ * The scales of the quantized tensor `q` as float32: `[shape[axis]]` for
+ * qint8, the shape with its last dim divided by 32 for q8_0 (each an fp16
+ * value). Returns a new tensor handle owned by the caller, or 0 with `E_HANDLE_*`.
+ */
+int64_t enkai_quantized_scales(int64_t q);
 
 /**
  * A new AdamW optimizer over the JSON handle list `params` (one param group).
@@ -1474,7 +1517,7 @@ int enkai_state_dict_save(const char *path,
 int enkai_tensor_retain(int64_t t);
 
 /**
- * Drops a reference to a tensor handle; the last one frees the tensor.
+ * Drops a reference to a tensor handle (a quantized one too); the last one frees the tensor.
  * Returns 0, or 1 with `E_HANDLE_*` (a double free is `E_HANDLE_STALE`).
  */
 int enkai_tensor_free(int64_t t);
@@ -1540,7 +1583,9 @@ int64_t enkai_tensor_from_data(const void *data,
 /**
  * Copies the tensor's elements, contiguous and in its own dtype, into `dst`
  * (from any device). `nbytes` is the buffer's size and must be at least
- * numel × itemsize; exactly that many bytes are written. Returns 0, or 1 with
+ * numel × itemsize; exactly that many bytes are written. A quantized
+ * tensor gives its int8 values (qint8, numel bytes) or ggml's `block_q8_0`
+ * bytes (q8_0, 34 per 32 elements). Returns 0, or 1 with
  * `E_SHAPE` (buffer too small; nothing written), `E_NULL_POINTER`, `E_HANDLE_*`, `E_TORCH`.
  *
  * # Safety
@@ -1577,7 +1622,8 @@ double enkai_tensor_item(int64_t t);
 struct EnkaiSlice enkai_tensor_shape(int64_t t);
 
 /**
- * Writes the tensor's canonical dtype name (`fp32`, `bf16`, `int64`, …) to
+ * Writes the tensor's canonical dtype name (`fp32`, `bf16`, `int64`, …;
+ * `qint8` or `q8_0` for a quantized tensor) to
  * `*out` (malloc'ed; free with `enkai_tensor_string_free`) and its length to
  * `*out_len`. Returns 0, or 1 with `E_NULL_POINTER`, `E_HANDLE_*`, `E_DTYPE`.
  *

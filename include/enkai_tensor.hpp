@@ -429,6 +429,19 @@ inline Tensors checkpoint(std::function<Tensors(const Tensors&)> fn, const Tenso
   return res;
 }
 
+/// `enkai_op`: PyTorch's op `name` on `inputs` (an empty Tensor stands for
+/// an optional input left out), the other arguments as a JSON object.
+inline Tensors op(const char* name, const Tensors& inputs, const char* kwargs = nullptr, std::size_t cap = 8) {
+  std::vector<int64_t> in;
+  for (const Tensor& t : inputs) in.push_back(t.handle());
+  std::vector<int64_t> out(cap);
+  int64_t n = enkai_op(name, in.data(), in.size(), kwargs, out.data(), cap);
+  if (n < 0) detail::throw_last_error();
+  Tensors res;
+  for (int64_t i = 0; i < n; i++) res.push_back(Tensor::adopt(out[i]));
+  return res;
+}
+
 inline Tensor matmul(const Tensor& a, const Tensor& b) { return Tensor::adopt(enkai_tensor_matmul(a.handle(), b.handle())); }
 inline Tensor concat(const Tensors& ts, int64_t dim) {
   return Tensor::adopt(enkai_tensor_concat(detail::handle_list(ts).c_str(), dim));
@@ -442,6 +455,14 @@ inline Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b = Tens
 inline Tensor embedding(const Tensor& w, const Tensor& ids) {
   return Tensor::adopt(enkai_tensor_embedding(w.handle(), ids.handle()));
 }
+/// Weight-only int8 (README "Quantized tensors"): a Tensor whose dtype() is
+/// "qint8" or "q8_0"; linear/matmul take it as the weight, other ops throw E_DTYPE.
+inline Tensor quantize_per_channel(const Tensor& x, int64_t axis) {
+  return Tensor::adopt(enkai_quantize_per_channel(x.handle(), axis));
+}
+inline Tensor quantize_q8_0(const Tensor& x) { return Tensor::adopt(enkai_quantize_q8_0(x.handle())); }
+inline Tensor dequantize(const Tensor& q) { return Tensor::adopt(enkai_dequantize(q.handle())); }
+inline Tensor quantized_scales(const Tensor& q) { return Tensor::adopt(enkai_quantized_scales(q.handle())); }
 /// x @ w + b with w laid out [in, out] (F.linear(x, w.T, b)); b may be empty.
 inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor()) {
   return Tensor::adopt(enkai_tensor_linear(x.handle(), w.handle(), b.handle()));

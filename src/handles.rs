@@ -31,6 +31,9 @@ pub enum HandleKind {
     Optimizer = 3,
     Scaler = 4,
     Safetensors = 5,
+    /// A weight-only quantized tensor (`quant`): a tensor to the tensor
+    /// functions that read it (shape, dtype, copy_to, free), refused by the rest.
+    Quantized = 6,
 }
 
 impl HandleKind {
@@ -41,6 +44,7 @@ impl HandleKind {
             HandleKind::Optimizer => "optimizer",
             HandleKind::Scaler => "scaler",
             HandleKind::Safetensors => "safetensors",
+            HandleKind::Quantized => "quantized tensor",
         }
     }
 
@@ -51,6 +55,7 @@ impl HandleKind {
             3 => HandleKind::Optimizer,
             4 => HandleKind::Scaler,
             5 => HandleKind::Safetensors,
+            6 => HandleKind::Quantized,
             _ => return None,
         })
     }
@@ -61,6 +66,12 @@ struct Decoded {
     kind: Option<HandleKind>,
     generation: u32,
     slot: usize,
+}
+
+/// The kind a handle's tag names, live or not (`None`: no kind's tag).
+#[inline]
+pub fn kind_of(h: i64) -> Option<HandleKind> {
+    decode(h).kind
 }
 
 #[inline]
@@ -299,6 +310,10 @@ impl<T: Send + Sync> Registry<T> {
         let kind = self.kind.name();
         match d.kind {
             None => return crate::err!(E_HANDLE_INVALID, "{h} is not a {kind} handle"),
+            // A quantized tensor given where a plain one goes is a dtype the op does not take.
+            Some(HandleKind::Quantized) if self.kind == HandleKind::Tensor => {
+                return crate::err!(E_DTYPE, "tensor {h} is quantized (qint8 or q8_0): only dequantize, linear and matmul take it")
+            }
             Some(k) if k != self.kind => {
                 return crate::err!(E_HANDLE_KIND, "handle {h} is a {} handle, expected a {kind}", k.name())
             }

@@ -27,6 +27,7 @@ pub mod json;
 pub mod lm;
 pub mod ops;
 pub mod optim;
+pub mod quant;
 pub mod registry;
 pub mod safetensors;
 mod spinlock;

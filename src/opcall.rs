@@ -730,7 +730,10 @@ fn backend_of<'t>(name: &str, ts: impl Iterator<Item = &'t Tensor> + Clone) -> R
 }
 
 fn run_n<const N: usize>(op: &'static OpDef, resolved: &Resolved, hs: [i64; N], out: &mut ResultSlots) -> Result<usize> {
-    let refs = TENSORS.get_n(hs)?;
+    let refs = match TENSORS.get_n(hs) {
+        Ok(refs) => refs,
+        Err(e) => return quantized(op, &hs, out, e),
+    };
     let b = backend_of(op.name(), refs.iter().map(|r| &**r))?;
     // The plain binary form on libtorch (`plain_binary`): its direct entry, one result, as the typed function.
     if let (Some(bop), backend::BackendId::Torch, [x, y]) = (resolved.binary, b, refs.as_slice()) {
@@ -753,7 +756,10 @@ fn run_n<const N: usize>(op: &'static OpDef, resolved: &Resolved, hs: [i64; N], 
 
 fn run_any(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut ResultSlots) -> Result<usize> {
     let handles: SmallVec<[i64; 8]> = inputs.iter().copied().filter(|&h| h != 0).collect();
-    let refs: SmallVec<[Ref<'static, Tensor>; 4]> = TENSORS.get_many(&handles)?;
+    let refs: SmallVec<[Ref<'static, Tensor>; 4]> = match TENSORS.get_many(&handles) {
+        Ok(refs) => refs,
+        Err(e) => return quantized(op, inputs, out, e),
+    };
     let b = backend_of(op.name(), refs.iter().map(|r| &**r))?;
     let mut it = refs.iter();
     let ts: SmallVec<[Option<&Tensor>; 8]> = inputs.iter().map(|&h| if h != 0 { it.next().map(|r| &**r) } else { None }).collect();
@@ -763,6 +769,21 @@ fn run_any(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut Re
     out.check(op, outs.len())?;
     let hs = TENSORS.insert_all_after(outs.into_iter().map(|raw| Tensor { backend: b, raw }), refs)?;
     Ok(out.write(&hs))
+}
+
+/// A call whose inputs did not all borrow: `linear`/`matmul` with a quantized
+/// weight run the int8 product (`quant::route`); anything else keeps `e`.
+#[cold]
+fn quantized(op: &'static OpDef, inputs: &[i64], out: &mut ResultSlots, e: crate::Error) -> Result<usize> {
+    match crate::quant::route(op.name(), inputs) {
+        Some(r) => {
+            let h = r?;
+            let made = crate::tensor::Made(vec![h]);
+            out.check(op, 1)?;
+            Ok(out.write(&made.keep()))
+        }
+        None => Err(e),
+    }
 }
 
 /// Checks (native backend) and runs a resolved call on backend `b`'s

@@ -204,6 +204,9 @@ pub fn embedding(w: i64, ids: i64) -> Result<i64> {
 
 /// `x @ w + b` with `w` laid out `[in, out]`; `b == 0` means no bias.
 pub fn linear(x: i64, w: i64, b: i64) -> Result<i64> {
+    if crate::quant::is_quantized(w) {
+        return crate::quant::linear("linear", x, w, b, crate::quant::Layout::InOut);
+    }
     if b == 0 {
         return run("linear", [x, w], |[x, w]| imp::linear(x, w, None), |[x, w]| matmul_error("linear", x, w));
     }

@@ -49,7 +49,7 @@ impl Made {
 
 impl Drop for Made {
     fn drop(&mut self) {
-        self.0.iter().for_each(|h| drop(TENSORS.release(*h)));
+        self.0.iter().for_each(|h| drop(crate::quant::release(*h)));
     }
 }
 
@@ -133,6 +133,14 @@ pub fn nbytes(t: &Tensor) -> Result<usize> {
 
 /// Copies the tensor's elements into `dst`, which must hold at least `nbytes`.
 pub fn copy_to(h: i64, dst: &mut [u8]) -> Result<usize> {
+    if crate::quant::is_quantized(h) {
+        let bytes = crate::quant::bytes(h)?;
+        if dst.len() < bytes.len() {
+            crate::bail!(E_SHAPE, "copy_to: buffer of {} bytes is too small for quantized tensor {h} ({} bytes)", dst.len(), bytes.len());
+        }
+        dst[..bytes.len()].copy_from_slice(&bytes);
+        return Ok(bytes.len());
+    }
     let t = get(h)?;
     let need = nbytes(&t)?;
     if dst.len() < need {
@@ -158,7 +166,18 @@ pub fn item(h: i64) -> Result<f64> {
 }
 
 pub fn shape(h: i64) -> Result<Vec<i64>> {
+    if crate::quant::is_quantized(h) {
+        return crate::quant::shape(h);
+    }
     Ok(imp::shape(&get(h)?.raw))
+}
+
+/// The dtype's canonical name; a quantized tensor's is `qint8` or `q8_0`.
+pub fn dtype_name(h: i64) -> Result<&'static str> {
+    if crate::quant::is_quantized(h) {
+        return crate::quant::dtype_name(h);
+    }
+    Ok(dtype(h)?.name())
 }
 
 pub fn dtype(h: i64) -> Result<DType> {
@@ -167,6 +186,9 @@ pub fn dtype(h: i64) -> Result<DType> {
 
 /// The device a tensor lives on.
 pub fn device_of(h: i64) -> Result<Device> {
+    if crate::quant::is_quantized(h) {
+        return crate::quant::shape(h).map(|_| Device::Cpu);
+    }
     Ok(imp::device(&get(h)?.raw))
 }
 

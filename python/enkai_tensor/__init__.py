@@ -35,6 +35,7 @@ __all__ = [
     "forward_tinylm", "lm_init", "forward_lm", "lm_logits",
     "checkpoint_save", "checkpoint_load", "checkpoint_load_scaler", "checkpoint_save_ranked", "checkpoint_load_ranked",
     "checkpoint_load_ranked_scaler", "op", "op_schema", "einsum", "einsum_path",
+    "quantize_per_channel", "quantize_q8_0", "dequantize", "q_scales",
 ]
 
 Shape = Sequence[int]
@@ -135,12 +136,15 @@ def device(spec: Optional[str] = None) -> Device:
     return Device(spec)
 
 
-_DTYPE_SIZES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+_DTYPE_SIZES = {"qint8": 1, "fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
                 "bool": 1, "uint8": 1, "complex64": 8, "complex128": 16}
-_NUMPY = {"fp32": "float32", "fp16": "float16", "fp64": "float64", "int64": "int64", "int32": "int32",
+_NUMPY = {"qint8": "int8", "fp32": "float32", "fp16": "float16", "fp64": "float64", "int64": "int64", "int32": "int32",
           "int16": "int16", "int8": "int8", "bool": "bool", "uint8": "uint8", "complex64": "complex64",
           "complex128": "complex128"}
 _COMPLEX = ("complex64", "complex128")
+# Weight-only quantized dtypes (`quantize_per_channel`, `quantize_q8_0`):
+# qint8's bytes are its int8 values (numpy: `int_repr`), q8_0's ggml's blocks.
+_QUANTIZED = ("qint8", "q8_0")
 _STRUCT = {"fp32": "f", "fp16": "e", "fp64": "d", "int64": "q", "int32": "i", "int16": "h", "int8": "b", "bool": "?",
            "uint8": "B"}
 _FLOATING = ("fp32", "fp64", "bf16", "fp16")
@@ -445,7 +449,10 @@ class Tensor:
         return self._values()[0]
 
     def to_bytes(self) -> bytes:
-        n = self.numel() * _DTYPE_SIZES[self.dtype]
+        """The elements' bytes, contiguous; a qint8 tensor's int8 values, a
+        q8_0 tensor's ggml blocks (fp16 scale, then 32 int8 each)."""
+        dt = self.dtype
+        n = self.numel() // 32 * 34 if dt == "q8_0" else self.numel() * _DTYPE_SIZES[dt]
         buf = ctypes.create_string_buffer(max(n, 1))
         _check_status(lib.enkai_tensor_copy_to(self.handle, buf, n))
         return buf.raw[:n]
@@ -457,6 +464,8 @@ class Tensor:
         dt = self.dtype
         if dt == "bf16":
             return self.to_dtype("fp32").numpy()
+        if dt == "q8_0":
+            raise TypeError("a q8_0 tensor has no numpy form: dequantize() it, or read its ggml bytes with to_bytes()")
         return np.frombuffer(self.to_bytes(), dtype=_NUMPY[dt]).reshape(self.shape).copy()
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> "np.ndarray":
@@ -498,6 +507,8 @@ class Tensor:
         read from the library). `size=` is shown for an empty tensor that is
         not 1-d, and a suffix moves to its own line when it would pass 80
         columns, as in torch. Needs no numpy. `str(t)` is the same text."""
+        if self.dtype in _QUANTIZED:
+            return f"quantized tensor of shape {self.shape}, dtype={self.dtype}, device={self.device}"
         indent = len("tensor(")
         shape = list(self.shape)
         numel = self.numel()
@@ -670,6 +681,10 @@ class Tensor:
 
     def detach(self) -> "Tensor":
         return _wrap(lib.enkai_tensor_detach(self.handle))
+
+    def dequantize(self) -> "Tensor":
+        """A quantized tensor's values as float32 (`et.dequantize`)."""
+        return dequantize(self)
 
     def to_dtype(self, dtype: str) -> "Tensor":
         return _wrap(lib.enkai_tensor_to_dtype(self.handle, _enc(dtype)))
@@ -937,6 +952,28 @@ def layernorm_backward(x: Tensor, w: Tensor, b: Optional[Tensor], eps: float,
 
 def embedding(w: Tensor, ids: Tensor) -> Tensor:
     return _wrap(lib.enkai_tensor_embedding(w.handle, ids.handle))
+
+
+def quantize_per_channel(x: Tensor, axis: int = 0) -> Tensor:
+    """Symmetric int8 per slice along `axis` (zero point 0, scale max|slice|/127),
+    as `torch.quantize_per_channel(x, scales, zeros, axis, torch.qint8)`: a
+    `qint8` tensor, which `linear`/`matmul` take as a weight."""
+    return Tensor._from_handle(lib.enkai_quantize_per_channel(x.handle, axis))
+
+
+def quantize_q8_0(x: Tensor) -> Tensor:
+    """ggml's `q8_0` along the last dim (blocks of 32, one fp16 scale each)."""
+    return Tensor._from_handle(lib.enkai_quantize_q8_0(x.handle))
+
+
+def dequantize(q: Tensor) -> Tensor:
+    """A quantized tensor's values (`q * scale`) as float32."""
+    return Tensor._from_handle(lib.enkai_dequantize(q.handle))
+
+
+def q_scales(q: Tensor) -> Tensor:
+    """A quantized tensor's scales as float32 (`[shape[axis]]`, or one per block of 32)."""
+    return Tensor._from_handle(lib.enkai_quantized_scales(q.handle))
 
 
 def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:

@@ -65,7 +65,10 @@ class safe_open:
 def load_file(filename: PathLike, device: DeviceLike = None) -> Dict[str, Tensor]:
     """Every tensor of the file by name, in file order."""
     with safe_open(filename, device) as f:
-        return {name: f.get_tensor(name) for name in f.keys()}
+        # A quantized tensor's scales come back inside it, not as a tensor of their own.
+        listed = json.loads(f.metadata().get("enkai.quantized", "{}"))
+        scales = {f"{n}.scale" for n, q in listed.items() if q.get("dtype") == "qint8"}
+        return {name: f.get_tensor(name) for name in f.keys() if name not in scales}
 
 
 def save_file(tensors: Mapping[str, Tensor], filename: PathLike, metadata: Optional[Mapping[str, str]] = None) -> None:

@@ -27,6 +27,9 @@ pub use super::torch::{autocast_dtype_code, autocast_get, autocast_nesting, auto
 pub use super::none::{autocast_dtype_code, autocast_get, autocast_nesting, autocast_set, cuda_device_count, gloo_layout, AutocastState, Group};
 #[cfg(not(feature = "torch"))]
 use super::none as torch;
+/// The int8 products of quantized weights: host-memory kernels that both
+/// backends' activations go through (core's `quant` copies them in and out).
+pub use super::native::quant as qkernel;
 
 /// A tensor of one backend.
 pub enum Raw {

@@ -22,7 +22,8 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::optim::{self, AdamHyper, Hyper, Hypers, SgdHyper};
 use crate::registry::TENSORS;
-use crate::{json as ijson, safetensors, tensor};
+use crate::dtype::DType;
+use crate::{json as ijson, quant, safetensors, tensor};
 use fsutil::plain_name;
 
 const FORMAT: u64 = 1;
@@ -151,14 +152,33 @@ type Partition = Option<Value>;
 /// and the optimizer's partition when it is sharded.
 fn gather(params: &str, opt: i64, scaler: i64, meta: &[u8]) -> Result<(Plan, Partition)> {
     let hs = ijson::handle_list(params)?;
-    let ps = TENSORS.get_many(&hs)?;
-    let (mut named, mut grads, mut devices) = (Vec::with_capacity(ps.len()), Vec::new(), Vec::new());
-    for (i, p) in ps.iter().enumerate() {
+    let plain: Vec<i64> = hs.iter().copied().filter(|&h| !quant::is_quantized(h)).collect();
+    let ps = TENSORS.get_many(&plain)?;
+    let (mut named, mut grads, mut devices) = (Vec::with_capacity(hs.len()), Vec::new(), Vec::new());
+    let (mut it, mut quantized) = (ps.iter(), serde_json::Map::new());
+    for (i, &h) in hs.iter().enumerate() {
+        if quant::is_quantized(h) {
+            // Its stored parts (`quant::parts`), listed under "quantized".
+            let (b, parts) = (backend::active_built()?, quant::parts(h)?);
+            named.push((format!("param_{i}"), imp::from_bytes(b, &parts.bytes, &parts.shape, parts.dtype, Device::Cpu)?));
+            if let Some(s) = &parts.scales {
+                let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_ne_bytes()).collect();
+                named.push((format!("param_{i}{}", quant::SCALE_SUFFIX), imp::from_bytes(b, &bytes, &[s.len() as i64], DType::F32, Device::Cpu)?));
+            }
+            quantized.insert(i.to_string(), parts.meta);
+            grads.push(false);
+            devices.push(Device::Cpu.to_string());
+            continue;
+        }
+        let p = it.next().expect("one borrow per plain handle");
         named.push((format!("param_{i}"), imp::shallow(&p.raw)));
         grads.push(imp::requires_grad(&p.raw));
         devices.push(imp::device(&p.raw).to_string());
     }
     let mut m = BTreeMap::new();
+    if !quantized.is_empty() {
+        m.insert("quantized".into(), Value::Object(quantized).to_string());
+    }
     m.insert("format".into(), "enkai-params-1".into());
     m.insert("requires_grad".into(), json!(grads).to_string());
     m.insert("devices".into(), json!(devices).to_string());
@@ -434,10 +454,11 @@ enum Sharding {
 /// optimizer bound to them (0 if none was saved), and the meta bytes.
 fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u8>)> {
     let (mut by_name, meta) = take_tensors(&mut files, PARAMS)?.ok_or_else(|| format_err(INTEGRITY, format!("does not list {PARAMS}")))?;
-    let n = by_name.len();
     let grads: Vec<bool> = json_meta(&meta, "requires_grad", PARAMS)?;
     let devices: Vec<String> = json_meta(&meta, "devices", PARAMS)?;
-    if grads.len() != n || devices.len() != n {
+    let quantized: BTreeMap<String, Value> = if meta.contains_key("quantized") { json_meta(&meta, "quantized", PARAMS)? } else { BTreeMap::new() };
+    let n = grads.len();
+    if devices.len() != n || by_name.len() != n + quantized.values().filter(|q| q["dtype"] == "qint8").count() {
         return Err(format_err(PARAMS, "metadata does not describe every tensor"));
     }
     let b = backend::active_built()?;
@@ -445,6 +466,15 @@ fn restore(mut files: Files, sharding: Sharding) -> Result<(Vec<i64>, i64, Vec<u
     let mut opt_state_entries = Vec::new();
     for i in 0..n {
         let cpu = by_name.remove(&format!("param_{i}")).ok_or_else(|| format_err(PARAMS, format!("param_{i} is missing")))?;
+        if let Some(q) = quantized.get(&i.to_string()) {
+            let scales = match by_name.remove(&format!("param_{i}{}", quant::SCALE_SUFFIX)) {
+                Some(s) if imp::dtype(&s)? == DType::F32 => Some(imp::with_bytes(&s, |b| Ok(b.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<f32>>()))?),
+                Some(_) => return Err(format_err(PARAMS, format!("the scales of param_{i} are not fp32"))),
+                None => None,
+            };
+            made.0.push(imp::with_bytes(&cpu, |bytes| quant::from_parts(q, bytes, scales.as_deref(), b, PARAMS))?);
+            continue;
+        }
         let dev = device_of(&devices[i])?;
         b.check_device(dev)?;
         let raw = placed(cpu, dev)?;

@@ -70,11 +70,11 @@ pub unsafe extern "C" fn enkai_tensor_string_free(p: *mut c_char) {
     unsafe { libc::free(p.cast()) }
 }
 
-/// Number of live tensor handles (not the sum of their reference counts),
-/// plus DLPack exports whose deleter has not run yet. Never fails.
+/// Number of live tensor handles, quantized ones included (not the sum of
+/// their reference counts), plus DLPack exports whose deleter has not run yet. Never fails.
 #[no_mangle]
 pub extern "C" fn enkai_tensor_live_tensors() -> i64 {
-    guard(|| Ok(TENSORS.live() + crate::dlpack::live_exports()))
+    guard(|| Ok(TENSORS.live() + crate::registry::QUANTIZED.live() + crate::dlpack::live_exports()))
 }
 
 /// Number of live device handles. Never fails.

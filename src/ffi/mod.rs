@@ -13,6 +13,7 @@ pub mod library;
 pub mod lm;
 pub mod op;
 pub mod ops;
+pub mod quant;
 pub mod optim;
 pub mod safetensors;
 pub mod tensor;

@@ -87,7 +87,10 @@ pub extern "C" fn enkai_tensor_embedding(w: i64, ids: i64) -> i64 {
 }
 
 /// `x @ w + b` with `w` laid out `[in, out]` (`F.linear(x, w.T, b)`; an
-/// autocast op); `b` may be 0 for none. Errors: `E_SHAPE`, `E_DTYPE`.
+/// autocast op); `b` may be 0 for none. `w` may be a qint8 tensor with its
+/// scales along dim 1: an int8 product with an fp32 result (README
+/// "Quantized tensors"). Errors: `E_SHAPE`, `E_DTYPE`, `E_UNSUPPORTED` (a
+/// quantized `w` of another layout), `E_DEVICE` (a quantized `w` with a CUDA `x`).
 #[no_mangle]
 pub extern "C" fn enkai_tensor_linear(x: i64, w: i64, b: i64) -> i64 {
     guard(|| ops::linear(x, w, b))

@@ -5,21 +5,20 @@ use std::ffi::{c_char, c_int, c_void};
 use super::{bytes_arg, bytes_out, dims_arg, dtype_arg, guard, guard_or, status, EnkaiSlice, OutStr};
 use crate::backend::Init;
 use crate::error::Result;
-use crate::registry::TENSORS;
 use crate::json::DimsRule;
 use crate::{json, tensor};
 
 /// Adds a reference to a tensor handle. Returns 0, or 1 with `E_HANDLE_*`.
 #[no_mangle]
 pub extern "C" fn enkai_tensor_retain(t: i64) -> c_int {
-    status(|| TENSORS.retain(t))
+    status(|| crate::quant::retain(t))
 }
 
-/// Drops a reference to a tensor handle; the last one frees the tensor.
+/// Drops a reference to a tensor handle (a quantized one too); the last one frees the tensor.
 /// Returns 0, or 1 with `E_HANDLE_*` (a double free is `E_HANDLE_STALE`).
 #[no_mangle]
 pub extern "C" fn enkai_tensor_free(t: i64) -> c_int {
-    status(|| TENSORS.release(t))
+    status(|| crate::quant::release(t))
 }
 
 /// Shared body of the shape/dtype/device constructors.
@@ -101,7 +100,9 @@ pub unsafe extern "C" fn enkai_tensor_from_data(
 
 /// Copies the tensor's elements, contiguous and in its own dtype, into `dst`
 /// (from any device). `nbytes` is the buffer's size and must be at least
-/// numel × itemsize; exactly that many bytes are written. Returns 0, or 1 with
+/// numel × itemsize; exactly that many bytes are written. A quantized
+/// tensor gives its int8 values (qint8, numel bytes) or ggml's `block_q8_0`
+/// bytes (q8_0, 34 per 32 elements). Returns 0, or 1 with
 /// `E_SHAPE` (buffer too small; nothing written), `E_NULL_POINTER`, `E_HANDLE_*`, `E_TORCH`.
 ///
 /// # Safety
@@ -141,7 +142,8 @@ pub extern "C" fn enkai_tensor_shape(t: i64) -> EnkaiSlice {
     guard(|| EnkaiSlice::from_bytes(json::write_int_list(&tensor::shape(t)?).as_bytes()))
 }
 
-/// Writes the tensor's canonical dtype name (`fp32`, `bf16`, `int64`, …) to
+/// Writes the tensor's canonical dtype name (`fp32`, `bf16`, `int64`, …;
+/// `qint8` or `q8_0` for a quantized tensor) to
 /// `*out` (malloc'ed; free with `enkai_tensor_string_free`) and its length to
 /// `*out_len`. Returns 0, or 1 with `E_NULL_POINTER`, `E_HANDLE_*`, `E_DTYPE`.
 ///
@@ -151,7 +153,7 @@ pub extern "C" fn enkai_tensor_shape(t: i64) -> EnkaiSlice {
 pub unsafe extern "C" fn enkai_tensor_dtype(t: i64, out: *mut *mut c_char, out_len: *mut usize) -> c_int {
     status(|| {
         let out = unsafe { OutStr::new(out, out_len)? };
-        out.write(tensor::dtype(t)?.name())
+        out.write(tensor::dtype_name(t)?)
     })
 }
 

@@ -16,7 +16,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::registry::{SAFETENSORS, TENSORS};
-use crate::{json, tensor};
+use crate::{json, quant, tensor};
 
 /// An open file: its validated header, and the descriptor `get` maps from.
 pub struct SafeFile {
@@ -30,6 +30,14 @@ pub struct SafeFile {
 }
 
 impl SafeFile {
+    /// The entry of `name` in the file's list of quantized tensors, if any.
+    fn quantized(&self, name: &str) -> Result<Option<serde_json::Value>> {
+        let Some(list) = self.metadata.get(quant::META_KEY) else { return Ok(None) };
+        let v: serde_json::Value = serde_json::from_str(list)
+            .map_err(|e| crate::err!(E_CKPT_FORMAT, "{}: metadata {:?} is not JSON: {e}", self.path, quant::META_KEY))?;
+        Ok(v.get(name).cloned())
+    }
+
     fn layout(&self, name: &str) -> Result<&Layout> {
         match self.by_name.get(name) {
             Some(&i) => Ok(&self.layouts[i]),
@@ -157,6 +165,9 @@ unsafe extern "C" fn unmap(ctx: *mut c_void) {
 pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
     let f = SAFETENSORS.get(st)?;
     let l = f.layout(name)?;
+    if let Some(meta) = f.quantized(name)? {
+        return get_quantized(&f, l, &meta, dev);
+    }
     let dtype = l.dtype()?;
     let (b, d) = tensor::target(dev)?;
     let len = usize::try_from(l.end - l.begin).map_err(|_| crate::err!(E_RESOURCE, "tensor {name:?} is larger than the address space"))?;
@@ -186,6 +197,34 @@ pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
     tensor::register(b, raw)
 }
 
+/// A quantized tensor (listed under `quant::META_KEY`) from its stored
+/// parts, copied out of the file: host memory, as every quantized tensor.
+fn get_quantized(f: &SafeFile, l: &Layout, meta: &serde_json::Value, dev: i64) -> Result<i64> {
+    let (b, d) = tensor::target(dev)?;
+    if d != Device::Cpu {
+        crate::bail!(E_DEVICE, "{}: tensor {:?} is quantized, and quantized tensors live on the CPU", f.path, l.name);
+    }
+    let read = |l: &Layout| -> Result<Vec<u8>> {
+        let len = usize::try_from(l.end - l.begin).map_err(|_| crate::err!(E_RESOURCE, "tensor {:?} is larger than the address space", l.name))?;
+        let mut buf = vec![0u8; len];
+        read_at(&f.file, &mut buf, f.data_start + l.begin, &f.path)?;
+        Ok(buf)
+    };
+    let bytes = read(l)?;
+    let scales = match meta.get("dtype").and_then(|d| d.as_str()) {
+        Some("qint8") => {
+            let sl = f.layout(&format!("{}{}", l.name, quant::SCALE_SUFFIX)).map_err(|e| crate::err!(E_CKPT_FORMAT, "{}: quantized {:?}: {}", f.path, l.name, e.detail))?;
+            if sl.dtype()? != DType::F32 {
+                crate::bail!(E_CKPT_FORMAT, "{}: the scales of {:?} are not F32", f.path, l.name);
+            }
+            Some(read(sl)?.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<f32>>())
+        }
+        _ => None,
+    };
+    let what = format!("{}: tensor {:?}", f.path, l.name);
+    quant::from_parts(meta, &bytes, scales.as_deref(), b, &what)
+}
+
 /// Writes the tensors `handles_json` under the names `names_json` with
 /// `metadata_json` (a JSON object of strings, None for none), laid out as
 /// the reference writer lays them out (`write_order`), atomically.
@@ -206,18 +245,42 @@ pub fn save(path: &str, names_json: &str, handles_json: &str, metadata_json: Opt
             crate::bail!(E_INVALID_ARG, "the name {n:?} appears twice");
         }
     }
-    let metadata: BTreeMap<String, String> = match metadata_json {
+    let mut metadata: BTreeMap<String, String> = match metadata_json {
         None => BTreeMap::new(),
         Some(t) => serde_json::from_str(t).map_err(|e| crate::err!(E_INVALID_ARG, "metadata_json is not a JSON object of strings: {e}"))?,
     };
+    if metadata.contains_key(quant::META_KEY) {
+        crate::bail!(E_INVALID_ARG, "{:?} is the library's own metadata key (it lists the quantized tensors)", quant::META_KEY);
+    }
+    // Quantized tensors become their stored parts (`quant::parts`); the rest are borrowed.
+    let (plain, quantized): (Vec<_>, Vec<_>) = names.into_iter().zip(hs).partition(|(_, h)| !quant::is_quantized(*h));
+    let hs: Vec<i64> = plain.iter().map(|(_, h)| *h).collect();
     let ts = TENSORS.get_many(&hs)?;
-    let mut order = Vec::with_capacity(ts.len());
-    for (name, t) in names.into_iter().zip(ts.iter()) {
+    let mut order = Vec::with_capacity(ts.len() + 2 * quantized.len());
+    for ((name, _), t) in plain.into_iter().zip(ts.iter()) {
         let (dtype, shape) = (imp::dtype(&t.raw)?, imp::shape(&t.raw));
         let nbytes = tensor::numel_of(&shape)?
             .checked_mul(dtype.size())
             .ok_or_else(|| crate::err!(E_SHAPE, "tensor {name:?} of shape {shape:?} has more bytes than the address space"))?;
-        order.push((Spec { name, dtype, shape, nbytes }, &t.raw));
+        order.push((Spec { name, dtype, shape, nbytes }, Src::Raw(&t.raw)));
+    }
+    let mut listed = serde_json::Map::new();
+    for (name, h) in quantized {
+        let parts = quant::parts(h)?;
+        if let Some(s) = parts.scales {
+            let scale_name = format!("{name}{}", quant::SCALE_SUFFIX);
+            let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
+            order.push((Spec { name: scale_name, dtype: DType::F32, shape: vec![s.len() as i64], nbytes: bytes.len() }, Src::Bytes(bytes)));
+        }
+        listed.insert(name.clone(), parts.meta);
+        order.push((Spec { name, dtype: parts.dtype, shape: parts.shape, nbytes: parts.bytes.len() }, Src::Bytes(parts.bytes)));
+    }
+    let mut names_now = HashSet::new();
+    if let Some((s, _)) = order.iter().find(|(s, _)| !names_now.insert(s.name.as_str())) {
+        crate::bail!(E_INVALID_ARG, "the name {:?} appears twice (a quantized tensor's scales are saved as \"<name>{}\")", s.name, quant::SCALE_SUFFIX);
+    }
+    if !listed.is_empty() {
+        metadata.insert(quant::META_KEY.into(), serde_json::Value::Object(listed).to_string());
     }
     order.sort_by(|(a, _), (b, _)| write_order(a.dtype, &a.name).cmp(&write_order(b.dtype, &b.name)));
     let header = header(order.iter().map(|(s, _)| s), &metadata);
@@ -226,6 +289,15 @@ pub fn save(path: &str, names_json: &str, handles_json: &str, metadata_json: Opt
     }
     fsutil::write_atomic(p, |sink| {
         sink(&header)?;
-        order.iter().try_for_each(|(_, t)| imp::with_bytes(t, |b| sink(b)))
+        order.iter().try_for_each(|(_, t)| match t {
+            Src::Raw(t) => imp::with_bytes(t, |b| sink(b)),
+            Src::Bytes(b) => sink(b),
+        })
     })
+}
+
+/// Where a saved tensor's bytes come from.
+enum Src<'a> {
+    Raw(&'a imp::Raw),
+    Bytes(Vec<u8>),
 }

@@ -238,10 +238,22 @@ impl Elem for B8 {
     }
 }
 
+/// fp32 → bf16 as PyTorch's CPU kernels convert (`cvtfp32_bf16`, which
+/// `Tensor.to` and the ops' results go through): round to nearest even, and
+/// every NaN becomes 0xFFFF (the `half` crate keeps the payload).
+#[inline(always)]
+pub fn bf16_from_f32(a: f32) -> bf16 {
+    if a.is_nan() {
+        bf16::from_bits(0xFFFF)
+    } else {
+        bf16::from_f32(a)
+    }
+}
+
 // c10's Half and BFloat16 are built from a float: a double or an integer
 // is first converted to float, then rounded to nearest even.
 macro_rules! elem_half {
-    ($t:ty, $dt:ident) => {
+    ($t:ty, $dt:ident, $from_f32:path) => {
         impl Elem for $t {
             const DT: DType = DType::$dt;
             type Acc = f32;
@@ -251,7 +263,7 @@ macro_rules! elem_half {
             }
             #[inline(always)]
             fn down(a: f32) -> $t {
-                <$t>::from_f32(a)
+                $from_f32(a)
             }
             #[inline(always)]
             fn to_sc(self) -> Sc {
@@ -259,13 +271,13 @@ macro_rules! elem_half {
             }
             #[inline(always)]
             fn from_sc(s: Sc) -> $t {
-                <$t>::from_f32(f32::from_sc(s))
+                $from_f32(f32::from_sc(s))
             }
         }
     };
 }
-elem_half!(bf16, BF16);
-elem_half!(f16, F16);
+elem_half!(bf16, BF16, bf16_from_f32);
+elem_half!(f16, F16, f16::from_f32);
 
 /// A complex element, (re, im) adjacent as C++'s `std::complex` and PyTorch
 /// store it. Arithmetic is complex arithmetic (division as c10::complex
