@@ -58,9 +58,10 @@ pub struct QTensor {
     /// The backend `dequantize` makes its result on.
     pub backend: BackendId,
     pub data: Arc<QData>,
-    /// The weight packed for the products, made at first use: as `[out, in]`
-    /// (`linear`) and as `[in, out]` (`matmul`).
-    packed: [OnceLock<Arc<imp::qkernel::Packed>>; 2],
+    /// The weight packed for the products, made at first use. One layout
+    /// per tensor: a qint8 weight's axis admits only the layout whose output
+    /// dim it is, and q8_0 only `[out, in]` (`linear` refuses the rest).
+    packed: OnceLock<Arc<imp::qkernel::Packed>>,
 }
 
 impl QTensor {
@@ -330,7 +331,7 @@ pub fn linear(op: &str, x: i64, w: i64, b: i64, layout: Layout) -> Result<i64> {
     let x32 = if imp::dtype(&xt.raw)? == DType::F32 { imp::shallow(&xt.raw) } else { imp::to_dtype(&xt.raw, DType::F32)? };
     let xv = host_f32(&Tensor { backend: be, raw: imp::shallow(&x32) }, op)?;
     let m = xv.len() / k.max(1);
-    let packed = q.packed[out_dim ^ (layout == Layout::InOut) as usize].get_or_init(|| {
+    let packed = q.packed.get_or_init(|| {
         let d = &q.data;
         Arc::new(match q.scheme {
             Scheme::PerChannel { .. } => imp::qkernel::Packed::per_channel(&d.q, n, k, layout == Layout::InOut, &d.scales),
@@ -385,7 +386,7 @@ pub fn route(op: &str, inputs: &[i64]) -> Option<Result<i64>> {
     }
 }
 
-/// Whether a handle is live in either tensor registry (for `free`/`retain` callers).
+/// `enkai_tensor_free`: drops a reference in the registry the handle's kind names.
 pub fn release(h: i64) -> Result<()> {
     if is_quantized(h) {
         QUANTIZED.release(h)
@@ -394,6 +395,7 @@ pub fn release(h: i64) -> Result<()> {
     }
 }
 
+/// `enkai_tensor_retain`, as `release`.
 pub fn retain(h: i64) -> Result<()> {
     if is_quantized(h) {
         QUANTIZED.retain(h)
