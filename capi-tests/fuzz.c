@@ -1494,6 +1494,32 @@ static const char *op_kwargs(void) {
     }
 }
 
+OP(onnx) {
+    static const char *const names[] = {"{}", "{\"w\": %s}", "[]", "{\"w\": 1}", "{\"\": 5}"};
+    int r;
+    switch (below(5)) {
+    case 0: CALL(enkai_onnx_trace_begin); logcall("onnx_trace_begin()"); r = enkai_onnx_trace_begin(); break;
+    case 1: CALL(enkai_onnx_trace_end); logcall("onnx_trace_end()"); r = enkai_onnx_trace_end(); break;
+    case 2: CALL(enkai_onnx_trace_clear); logcall("onnx_trace_clear()"); r = enkai_onnx_trace_clear(); break;
+    default: {
+        static char path[320], nm[160], outs[160];
+        snprintf(path, sizeof path, "%s/m%d.onnx", ckpt_root, below(2));
+        const char *ins = chance(85) ? live_tensor_list(0) : handle_list(0, K_TENSOR);
+        int64_t y = tensor();
+        if (chance(70)) snprintf(outs, sizeof outs, "[%" PRId64 "]", y);
+        else snprintf(outs, sizeof outs, "[{\"handle\": %" PRId64 ", \"name\": \"y\", \"batch_dim\": %d}]", y, below(3) - 1);
+        int k = below(5);
+        if (k == 1) snprintf(nm, sizeof nm, names[1], "2");
+        else snprintf(nm, sizeof nm, "%s", names[k]);
+        const char *p = chance(95) ? path : NULL, *o = chance(95) ? outs : hostile_string(), *n = chance(95) ? nm : hostile_string();
+        int64_t opset = chance(85) ? 17 + below(7) : below(40) - 5;
+        CALL(enkai_onnx_export); logcall("onnx_export(%.60s, %.60s, %.60s, %.40s, %" PRId64 ")", p ? p : "NULL", ins ? ins : "NULL", o ? o : "NULL", n ? n : "NULL", opset);
+        r = enkai_onnx_export(p, ins, o, n, opset);
+    }
+    }
+    outcome(r != 0);
+}
+
 OP(generic) {
     if (chance(3)) {
         static const char *const eqs[] = {"ij,jk->ik", "ii", "...ij,...jk", "i,i,i,i->i", "ab,bc,cd,de->ae", "i.j", "ij->ii", ""};
@@ -1578,7 +1604,7 @@ static const op_t ops[] = {
     {op_create, 14}, {op_from_data, 4}, {op_ids_u32, 2}, {op_device, 2}, {op_retain_free, 18}, {op_binary, 10},
     {op_unary, 10}, {op_layout, 9}, {op_nn, 6}, {op_data_out, 6}, {op_autograd, 8}, {op_optim, 5}, {op_amp, 4},
     {op_backend, 1}, {op_library, 2}, {op_generic, 12}, {op_lm, 2}, {op_checkpoint, 1}, {op_dist, 2}, {op_dlpack, 3},
-    {op_safetensors, 4}, {op_grad_checkpoint, 3}, {op_quant, 4},
+    {op_safetensors, 4}, {op_grad_checkpoint, 3}, {op_quant, 4}, {op_onnx, 2},
 };
 
 #define SLOW_S 10.0

@@ -294,6 +294,32 @@ static void grad_checkpoint(const enkai::Device& cpu) {
   CHECK(rethrown);
 }
 
+// ONNX export through the C++ wrapper: a traced linear + relu is written; an
+// op with no lowering throws E_UNSUPPORTED and leaves no file.
+static void onnx_export(const enkai::Device& cpu) {
+  char tmpl[] = "/tmp/enkai_cpp_onnx_XXXXXX";
+  CHECK(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl, path = dir + "/m.onnx";
+  std::vector<float> w(12, 0.5f), x(8, 1.0f);
+  auto wt = enkai::Tensor::from_data(w, {3, 4}, cpu), xt = enkai::Tensor::from_data(x, {2, 4}, cpu);
+  enkai::Tensors ys;
+  {
+    enkai::OnnxTrace trace;
+    ys = enkai::op("relu", enkai::op("linear", {xt, wt}));
+  }
+  enkai::onnx_export(path, {xt}, ys, std::vector<std::pair<std::string, enkai::Tensor>>{{"fc.weight", wt}}, 17, true);
+  CHECK(std::filesystem::file_size(path) > 100);
+  std::filesystem::remove(path);
+  {
+    enkai::OnnxTrace trace;
+    ys = enkai::op("nonzero", {xt});
+  }
+  CHECK_THROWS(enkai::onnx_export(path, {xt}, ys, std::vector<std::pair<std::string, enkai::Tensor>>{}), E_UNSUPPORTED);
+  CHECK(!std::filesystem::exists(path));
+  std::filesystem::remove(dir);
+  CHECK(enkai_onnx_trace_clear() == 0);
+}
+
 int main() {
   const enkai::LiveCounts base = enkai::live();
   {
@@ -304,6 +330,7 @@ int main() {
     grad_checkpoint(cpu);
     safetensors(cpu);
     quantized(cpu);
+    onnx_export(cpu);
   }
   CHECK(enkai::live() == base);
   std::printf("capi-cpp: %d passed, %d failed\n", passed, failed);

@@ -1,5 +1,9 @@
 /* Handles, errors, strings and the live counters through the C ABI. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include "check.h"
@@ -295,6 +299,60 @@ static void test_quantized(int64_t dev) {
     CHECK_ERR(E_HANDLE_STALE);
 }
 
+/* ONNX export from C: a traced linear + relu is written (the file exists and
+ * is non-empty); an op with no ONNX form is E_UNSUPPORTED naming it, and
+ * leaves no file; the trace keeps the weight after its handle is freed. */
+static void test_onnx(int64_t dev) {
+    float w[3 * 4], x[2 * 4];
+    for (int i = 0; i < 12; i++) w[i] = (float)(i % 5) - 2.0f;
+    for (int i = 0; i < 8; i++) x[i] = (float)(i % 3) - 1.0f;
+    int64_t wt = enkai_tensor_from_data(w, sizeof w, "[3,4]", "fp32", dev);
+    int64_t xt = enkai_tensor_from_data(x, sizeof x, "[2,4]", "fp32", dev);
+    CHECK(enkai_onnx_export("/tmp/x.onnx", "[]", "[]", "{}", 17) == 1);
+    CHECK(enkai_onnx_trace_begin() == 0);
+    int64_t in[] = {xt, wt}, lin = 0, y = 0;
+    CHECK(enkai_op("linear", in, 2, NULL, &lin, 1) == 1);
+    CHECK(enkai_op("relu", &lin, 1, NULL, &y, 1) == 1);
+    CHECK(enkai_onnx_trace_end() == 0);
+    char path[64], dir[] = "/tmp/enkai_onnx_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/m.onnx", dir);
+    char ins[64], outs[64], names[64];
+    snprintf(ins, sizeof ins, "[{\"handle\": %lld, \"batch_dim\": 0}]", (long long)xt);
+    snprintf(outs, sizeof outs, "[%lld]", (long long)y);
+    snprintf(names, sizeof names, "{\"fc.weight\": %lld}", (long long)wt);
+    CHECK(enkai_onnx_export(path, ins, outs, names, 16) == 1);
+    CHECK_ERR(E_INVALID_ARG);
+    CHECK(enkai_onnx_export(NULL, ins, outs, names, 17) == 1);
+    CHECK_ERR(E_NULL_POINTER);
+    CHECK(enkai_onnx_export(path, ins, outs, names, 17) == 0);
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(fseek(f, 0, SEEK_END) == 0 && ftell(f) > 100);
+        fclose(f);
+    }
+    CHECK(remove(path) == 0);
+    /* The weight as a constant, after its handle is gone: no names. */
+    CHECK(enkai_tensor_free(wt) == 0);
+    CHECK(enkai_onnx_export(path, ins, outs, "{}", 17) == 0);
+    CHECK(remove(path) == 0);
+    /* Through an op with no lowering: refused by name, no file. */
+    CHECK(enkai_onnx_trace_begin() == 0);
+    int64_t cs = 0;
+    CHECK(enkai_op("nonzero", &xt, 1, NULL, &cs, 1) == 1);
+    CHECK(enkai_onnx_trace_end() == 0);
+    snprintf(outs, sizeof outs, "[%lld]", (long long)cs);
+    CHECK(enkai_onnx_export(path, ins, outs, "{}", 17) == 1);
+    CHECK_ERR(E_UNSUPPORTED);
+    CHECK(strstr(enkai_tensor_last_error(), "nonzero") != NULL);
+    CHECK(fopen(path, "rb") == NULL);
+    CHECK(rmdir(dir) == 0);
+    CHECK(enkai_onnx_trace_clear() == 0);
+    int64_t hs[] = {lin, y, cs, xt};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) CHECK(enkai_tensor_free(hs[i]) == 0);
+}
+
 int main(void) {
     int64_t tensors0 = enkai_tensor_live_tensors(), devices0 = enkai_tensor_live_devices();
     test_library();
@@ -309,7 +367,9 @@ int main(void) {
     CHECK(enkai_backend_set("cpu") == 0);
     test_round_trip(dev);
     test_quantized(dev);
+    test_onnx(dev);
     CHECK(enkai_backend_set(home) == 0);
+    test_onnx(dev);
     CHECK(enkai_tensor_device_free(dev) == 0);
     CHECK(enkai_tensor_live_tensors() == tensors0);
     CHECK(enkai_tensor_live_devices() == devices0);

@@ -985,6 +985,61 @@ int64_t enkai_tensor_lm_logits(const char *params,
                                int64_t seq);
 
 /**
+ * Starts recording, on this thread, every op it runs (`enkai_op`, the typed
+ * op functions and the seed's `enkai_tensor_linear`, `layernorm`, ...):
+ * the trace that `enkai_onnx_export` writes. Discards this thread's earlier
+ * trace. While recording, the trace keeps a reference to each tensor from
+ * outside it that an op reads (weights, constants), so that it can be
+ * exported after the caller frees the handle; `enkai_onnx_trace_clear`
+ * drops them. Returns 0.
+ */
+int enkai_onnx_trace_begin(void);
+
+/**
+ * Stops recording on this thread; the trace stays for `enkai_onnx_export`
+ * until the next `enkai_onnx_trace_begin` or `enkai_onnx_trace_clear`. Returns 0.
+ */
+int enkai_onnx_trace_end(void);
+
+/**
+ * Stops recording and drops this thread's trace and the tensor references
+ * it holds. Returns 0.
+ */
+int enkai_onnx_trace_clear(void);
+
+/**
+ * Writes to `path` an ONNX model (IR 8 to 11, the `opset`'s, 17 to 23)
+ * of the graph that made `outputs_json` from `inputs_json`, as this
+ * thread's trace recorded it (`enkai_onnx_trace_begin`).
+ * - `inputs_json`, `outputs_json`: JSON arrays of tensor handles (the graph
+ *   inputs and outputs, in order, named `input0`..., `output0`...); an item
+ *   may instead be `{"handle": h, "name": "ids", "batch_dim": 0}`, naming
+ *   it, and for an input making that dim a dynamic batch (`batch`), which
+ *   the export follows through the ops. The trace must have a batch of at
+ *   least 2 for that.
+ * - `names_json`: `{"name": handle}`: the parameters, written as
+ *   initializers under those names with their values now. Other tensors
+ *   from outside the trace that the graph reads are written as constants.
+ *
+ * The file is written to a temporary name beside `path`, fsynced and
+ * renamed, so a failed export leaves no file and an earlier one intact.
+ * Returns 0, or 1 with `E_NULL_POINTER`, `E_INVALID_ARG` (malformed JSON,
+ * an opset outside 17..=23, no trace, an output the trace did not see, a
+ * name given twice), `E_HANDLE_*` (a parameter not live), `E_UNSUPPORTED`
+ * (an op on the way with no ONNX form, named; dropout or batch norm in
+ * training mode; a shape that fixes the dynamic batch), `E_CKPT_IO` (the
+ * file could not be written).
+ *
+ * # Safety
+ * Each pointer is NULL or a NUL-terminated string.
+ */
+int enkai_onnx_export(const char *path,
+                      const char *inputs_json,
+                      const char *outputs_json,
+                      const char *names_json,
+                      int64_t opset);
+
+/**
  * Runs PyTorch's op `name` ("exp", "sum", "where", "topk", ...: the name of
  * `torch.<name>`, or `torch.nn.functional.<name>` where torch has none).
  * `inputs` are the op's Tensor arguments in PyTorch's order (self first); a

@@ -903,6 +903,38 @@ void save_safetensors(const std::string& path, const Named& tensors,
                                               metadata.empty() ? nullptr : meta.c_str()));
 }
 
+/// Records the ops this thread runs while alive (enkai_onnx_trace_begin/end):
+/// the trace `onnx_export` writes.
+class OnnxTrace {
+ public:
+  OnnxTrace() { detail::check_status(enkai_onnx_trace_begin()); }
+  ~OnnxTrace() { enkai_onnx_trace_end(); }
+  OnnxTrace(const OnnxTrace&) = delete;
+  OnnxTrace& operator=(const OnnxTrace&) = delete;
+};
+
+/// Writes the ONNX model of `outputs` computed from `inputs` by this
+/// thread's last trace, `params` as initializers under their names;
+/// `dynamic_batch` makes dim 0 of each input the symbolic batch. Throws
+/// E_UNSUPPORTED (an op with no ONNX form, named), E_INVALID_ARG, E_HANDLE_*,
+/// E_CKPT_IO; a failed export leaves no file.
+template <class Named = std::vector<std::pair<std::string, Tensor>>>
+void onnx_export(const std::string& path, const Tensors& inputs, const Tensors& outputs, const Named& params,
+                 int64_t opset = 17, bool dynamic_batch = false) {
+  std::string ins = "[", names = "{";
+  for (const auto& t : inputs) {
+    ins += (ins.size() > 1 ? "," : "") + std::string("{\"handle\":") + std::to_string(t.handle()) +
+           (dynamic_batch ? ",\"batch_dim\":0}" : "}");
+  }
+  for (const auto& [name, t] : params) {
+    names += (names.size() > 1 ? "," : "") + detail::json_string(name) + ":" + std::to_string(t.handle());
+  }
+  ins += "]";
+  names += "}";
+  detail::check_status(enkai_onnx_export(detail::c_arg(path, "path"), ins.c_str(), detail::handle_list(outputs).c_str(),
+                                         names.c_str(), opset));
+}
+
 /// Live handles per kind (enkai_tensor_live_*).
 struct LiveCounts {
   int64_t tensors, devices, opts, scalers, safetensors;

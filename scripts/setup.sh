@@ -47,6 +47,12 @@ if ! "$VENV/bin/python" -c "import sklearn" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q scikit-learn >&2
 fi
 
+# onnx and onnxruntime: the oracles of the ONNX export (onnx.checker, and
+# onnxruntime's outputs against ours).
+if ! "$VENV/bin/python" -c "import onnx, onnxruntime" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q onnx onnxruntime >&2
+fi
+
 if ! command -v valgrind >/dev/null 2>&1; then
   echo "setup: installing valgrind" >&2
   if [ "$(id -u)" = 0 ]; then apt-get update -qq >&2 && apt-get install -y -qq valgrind >&2

@@ -32,6 +32,8 @@ pub mod registry;
 pub mod safetensors;
 mod spinlock;
 pub mod tensor;
+pub mod trace;
+pub mod onnx;
 pub mod threads;
 pub mod vocab;
 pub mod opcall;

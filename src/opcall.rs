@@ -739,7 +739,9 @@ fn run_n<const N: usize>(op: &'static OpDef, resolved: &Resolved, hs: [i64; N], 
     if let (Some(bop), backend::BackendId::Torch, [x, y]) = (resolved.binary, b, refs.as_slice()) {
         let raw = imp::binary(bop, &x.raw, &y.raw).map_err(|e| refused(op, resolved, &[Some(&**x), Some(&**y)], true, e))?;
         out.check(op, 1)?;
-        return Ok(out.write(&[TENSORS.insert_after(Tensor { backend: b, raw }, refs)?]));
+        let h = [TENSORS.insert_after(Tensor { backend: b, raw }, refs)?];
+        traced(op, resolved, &hs, &h);
+        return Ok(out.write(&h));
     }
     let ts: [Option<&Tensor>; N] = refs.each_ref().map(|r| Some(&**r));
     let raws: [Option<&Raw>; N] = refs.each_ref().map(|r| Some(&r.raw));
@@ -748,10 +750,21 @@ fn run_n<const N: usize>(op: &'static OpDef, resolved: &Resolved, hs: [i64; N], 
     if outs.len() == 1 {
         let raw = outs.pop().expect("one result");
         // The inputs' borrows end in the same lock that registers the result.
-        return Ok(out.write(&[TENSORS.insert_after(Tensor { backend: b, raw }, refs)?]));
+        let h = [TENSORS.insert_after(Tensor { backend: b, raw }, refs)?];
+        traced(op, resolved, &hs, &h);
+        return Ok(out.write(&h));
     }
-    let hs = TENSORS.insert_all_after(outs.into_iter().map(|raw| Tensor { backend: b, raw }), refs)?;
-    Ok(out.write(&hs))
+    let made = TENSORS.insert_all_after(outs.into_iter().map(|raw| Tensor { backend: b, raw }), refs)?;
+    traced(op, resolved, &hs, &made);
+    Ok(out.write(&made))
+}
+
+/// Records the call when this thread traces (`crate::trace`).
+#[inline(always)]
+fn traced(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], outs: &[i64]) {
+    if crate::trace::on() {
+        crate::trace::table(op, resolved.sig, &resolved.args, inputs, outs);
+    }
 }
 
 fn run_any(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut ResultSlots) -> Result<usize> {
@@ -768,6 +781,7 @@ fn run_any(op: &'static OpDef, resolved: &Resolved, inputs: &[i64], out: &mut Re
     drop((raws, ts));
     out.check(op, outs.len())?;
     let hs = TENSORS.insert_all_after(outs.into_iter().map(|raw| Tensor { backend: b, raw }), refs)?;
+    traced(op, resolved, inputs, &hs);
     Ok(out.write(&hs))
 }
 
@@ -780,6 +794,7 @@ fn quantized(op: &'static OpDef, inputs: &[i64], out: &mut ResultSlots, e: crate
             let h = r?;
             let made = crate::tensor::Made(vec![h]);
             out.check(op, 1)?;
+
             Ok(out.write(&made.keep()))
         }
         None => Err(e),

@@ -89,8 +89,16 @@ fn numel_error(op: &str, x: &Tensor, target: &[i64]) -> Option<Error> {
     Some(crate::err!(E_SHAPE, "{op}: cannot reshape {} into {}", fmt(&shape(x)), fmt(target)))
 }
 
+/// Records a seed function's call when this thread traces (`crate::trace`).
+fn traced(r: Result<i64>, name: &'static str, args: &[f64], ints: &[i64], inputs: &[i64]) -> Result<i64> {
+    if let (Ok(h), true) = (&r, crate::trace::on()) {
+        crate::trace::seed(name, args, ints, inputs, &[*h]);
+    }
+    r
+}
+
 pub fn view(x: i64, target: &[i64]) -> Result<i64> {
-    run("view", [x], |[x]| imp::view(x, target), |[x]| numel_error("view", x, target))
+    traced(run("view", [x], |[x]| imp::view(x, target), |[x]| numel_error("view", x, target)), "view", &[], target, &[x])
 }
 
 pub fn concat(handles: &str, dim: i64) -> Result<i64> {
@@ -103,7 +111,9 @@ pub fn concat(handles: &str, dim: i64) -> Result<i64> {
     let b = backend::same_backend("concat", &refs)?;
     let raws: Vec<&Raw> = refs.iter().map(|t| &t.raw).collect();
     match imp::concat(&raws, dim) {
-        Ok(r) => register(b, r),
+        Ok(r) => {
+            traced(register(b, r), "concat", &[], &[dim], &hs)
+        }
         Err(e) => Err(diagnose("concat", &refs, e, || {
             let s0 = shape(refs[0]);
             let d = match norm_dim("concat", dim, &s0) {
@@ -122,7 +132,8 @@ pub fn slice(x: i64, dim: i64, start: i64, end: i64, step: i64) -> Result<i64> {
     if step <= 0 {
         crate::bail!(E_INVALID_ARG, "slice: step must be positive, got {step}");
     }
-    run("slice", [x], |[x]| imp::slice(x, dim, start, end, step), |[x]| dim_error("slice", x, &[dim]))
+    let r = run("slice", [x], |[x]| imp::slice(x, dim, start, end, step), |[x]| dim_error("slice", x, &[dim]));
+    traced(r, "slice", &[], &[dim, start, end, step], &[x])
 }
 
 fn mask_error(op: &str, x: &Tensor, mask: &Tensor, dim: i64) -> Option<Error> {
@@ -139,19 +150,22 @@ pub fn masked_softmax(x: i64, mask: i64, dim: i64, mask_type: i64) -> Result<i64
         crate::bail!(E_INVALID_ARG, "masked_softmax: mask_type must be 0, 1 or 2, got {mask_type}");
     }
     let op = "masked_softmax";
-    run(op, [x, mask], |[x, m]| imp::masked_softmax(x, m, dim, Some(mask_type)), |[x, m]| mask_error(op, x, m, dim))
+    let r = run(op, [x, mask], |[x, m]| imp::masked_softmax(x, m, dim, Some(mask_type)), |[x, m]| mask_error(op, x, m, dim));
+    traced(r, op, &[], &[dim, mask_type], &[x, mask])
 }
 
 pub fn masked_softmax_backward(grad: i64, out: i64, mask: i64, dim: i64) -> Result<i64> {
     let op = "masked_softmax_backward";
-    run(op, [grad, out, mask], |[g, o, m]| imp::masked_softmax_backward(g, o, m, dim), |[_, o, m]| mask_error(op, o, m, dim))
+    let r = run(op, [grad, out, mask], |[g, o, m]| imp::masked_softmax_backward(g, o, m, dim), |[_, o, m]| mask_error(op, o, m, dim));
+    traced(r, op, &[], &[dim], &[grad, out, mask])
 }
 
 pub fn dropout(x: i64, p: f64, train: bool) -> Result<i64> {
     if !(0.0..=1.0).contains(&p) {
         crate::bail!(E_INVALID_ARG, "dropout: p must be in [0, 1], got {p}");
     }
-    run("dropout", [x], |[x]| imp::dropout(x, p, train), |[x]| float_error("dropout", x))
+    let r = run("dropout", [x], |[x]| imp::dropout(x, p, train), |[x]| float_error("dropout", x));
+    traced(r, "dropout", &[p], &[i64::from(train)], &[x])
 }
 
 fn layernorm_error(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Option<Error> {
@@ -165,6 +179,10 @@ fn layernorm_error(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Option<Error> 
 
 /// Layer norm over `w`'s trailing shape; `b == 0` means no bias.
 pub fn layernorm(x: i64, w: i64, b: i64, eps: f64) -> Result<i64> {
+    traced(layernorm_run(x, w, b, eps), "layernorm", &[eps], &[], &[x, w, b])
+}
+
+fn layernorm_run(x: i64, w: i64, b: i64, eps: f64) -> Result<i64> {
     if b == 0 {
         run("layernorm", [x, w], |[x, w]| imp::layernorm(x, w, None, eps), |[x, w]| layernorm_error(x, w, None))
     } else {
@@ -182,11 +200,18 @@ pub fn layernorm_backward(x: i64, w: i64, b: i64, eps: f64, grad: i64) -> Result
     let grads = imp::layernorm_backward(&tx.raw, &tw.raw, tb.as_ref().map(|t| &t.raw), eps, &tg.raw)
         .map_err(|e| diagnose("layernorm_backward", &refs, e, || layernorm_error(&tx, &tw, tb.as_deref())))?;
     let mut out = tensor::register_all(bk, grads)?;
+    if crate::trace::on() {
+        crate::trace::opaque("layernorm_backward", &[], &out);
+    }
     out.resize(3, 0);
     Ok(out)
 }
 
 pub fn embedding(w: i64, ids: i64) -> Result<i64> {
+    traced(embedding_run(w, ids), "embedding", &[], &[], &[w, ids])
+}
+
+fn embedding_run(w: i64, ids: i64) -> Result<i64> {
     run("embedding", [w, ids], |[w, i]| imp::embedding(w, i), |[w, ids]| {
         let dt = imp::dtype(&ids.raw).ok()?;
         if !matches!(dt, DType::I64 | DType::I32) {
@@ -207,6 +232,10 @@ pub fn linear(x: i64, w: i64, b: i64) -> Result<i64> {
     if crate::quant::is_quantized(w) {
         return crate::quant::linear("linear", x, w, b, crate::quant::Layout::InOut);
     }
+    traced(linear_run(x, w, b), "linear_in_out", &[], &[], &[x, w, b])
+}
+
+fn linear_run(x: i64, w: i64, b: i64) -> Result<i64> {
     if b == 0 {
         return run("linear", [x, w], |[x, w]| imp::linear(x, w, None), |[x, w]| matmul_error("linear", x, w));
     }
@@ -223,6 +252,10 @@ pub fn linear(x: i64, w: i64, b: i64) -> Result<i64> {
 }
 
 pub fn cross_entropy(logits: i64, targets: i64) -> Result<i64> {
+    traced(cross_entropy_run(logits, targets), "cross_entropy", &[], &[], &[logits, targets])
+}
+
+fn cross_entropy_run(logits: i64, targets: i64) -> Result<i64> {
     run("cross_entropy", [logits, targets], |[l, t]| imp::cross_entropy(l, t), |[l, t]| {
         let (sl, st) = (shape(l), shape(t));
         let dt = imp::dtype(&t.raw).ok()?;
@@ -239,9 +272,9 @@ pub fn to_device(x: i64, dev: i64) -> Result<i64> {
     let d = tensor::device(dev)?;
     let t = get(x)?;
     t.backend.check_device(d)?;
-    run("to_device", [x], |[x]| imp::to_device(x, d), |_| None)
+    traced(run("to_device", [x], |[x]| imp::to_device(x, d), |_| None), "to_device", &[], &[], &[x])
 }
 
 pub fn to_dtype(x: i64, dt: DType) -> Result<i64> {
-    run("to_dtype", [x], |[x]| imp::to_dtype(x, dt), |_| None)
+    traced(run("to_dtype", [x], |[x]| imp::to_dtype(x, dt), |_| None), "to_dtype", &[], &[], &[x])
 }

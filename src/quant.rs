@@ -287,6 +287,15 @@ pub enum Layout {
 /// (and `b`) is the float linear's of the dequantized weight, straight
 /// through the activation's quantization; `w` gets none.
 pub fn linear(op: &str, x: i64, w: i64, b: i64, layout: Layout) -> Result<i64> {
+    let h = product(op, x, w, b, layout)?;
+    if crate::trace::on() {
+        // An ONNX export refuses it by name (the weight is not a float tensor).
+        crate::trace::opaque("linear with a quantized weight", &[x], &[h]);
+    }
+    Ok(h)
+}
+
+fn product(op: &str, x: i64, w: i64, b: i64, layout: Layout) -> Result<i64> {
     let (xt, q) = (tensor::get(x)?, QUANTIZED.get(w)?);
     if q.shape.len() != 2 {
         crate::bail!(E_SHAPE, "{op}: a quantized weight must be 2-D, got {}", fmt(&q.shape));

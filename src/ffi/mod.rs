@@ -11,6 +11,7 @@ pub mod dist;
 pub mod dlpack;
 pub mod library;
 pub mod lm;
+pub mod onnx;
 pub mod op;
 pub mod ops;
 pub mod quant;
