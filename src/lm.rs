@@ -91,7 +91,7 @@ pub fn forward(params: &str, spec: Option<&LmSpec>, n_heads: i64, input: &[u32],
     let y = ids("target", target, batch, seq, &m)?;
     let raws: Vec<&imp::Raw> = m.params.iter().map(|p| &p.raw).collect();
     let loss = imp::lm_forward(&raws, &m.spec, &x, &y, training)?;
-    opaque("the fused TinyLM loss (enkai_tensor_forward_lm)", tensor::register(m.backend, loss))
+    crate::trace::opaque_result("the fused TinyLM loss (enkai_tensor_forward_lm)", &[], tensor::register(m.backend, loss))
 }
 
 /// The logits `[batch, seq, vocab]` of the model on `input` (no dropout); a new handle.
@@ -99,13 +99,6 @@ pub fn logits(params: &str, spec: &LmSpec, input: &[u32], batch: i64, seq: i64) 
     let m = model(params, Some(spec), spec.n_heads, seq)?;
     let x = ids("input", input, batch, seq, &m)?;
     let raws: Vec<&imp::Raw> = m.params.iter().map(|p| &p.raw).collect();
-    opaque("the fused TinyLM logits (enkai_tensor_lm_logits)", tensor::register(m.backend, imp::lm_logits(&raws, &m.spec, &x)?))
-}
-
-/// A fused step has no ONNX form: traced as such, so an export refuses it by name.
-fn opaque(name: &'static str, r: Result<i64>) -> Result<i64> {
-    if let (Ok(h), true) = (&r, crate::trace::on()) {
-        crate::trace::opaque(name, &[], &[*h]);
-    }
-    r
+    // A fused step has no ONNX form: traced as such, so an export refuses it by name.
+    crate::trace::opaque_result("the fused TinyLM logits (enkai_tensor_lm_logits)", &[], tensor::register(m.backend, imp::lm_logits(&raws, &m.spec, &x)?))
 }

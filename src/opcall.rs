@@ -794,7 +794,6 @@ fn quantized(op: &'static OpDef, inputs: &[i64], out: &mut ResultSlots, e: crate
             let h = r?;
             let made = crate::tensor::Made(vec![h]);
             out.check(op, 1)?;
-
             Ok(out.write(&made.keep()))
         }
         None => Err(e),

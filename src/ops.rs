@@ -111,9 +111,7 @@ pub fn concat(handles: &str, dim: i64) -> Result<i64> {
     let b = backend::same_backend("concat", &refs)?;
     let raws: Vec<&Raw> = refs.iter().map(|t| &t.raw).collect();
     match imp::concat(&raws, dim) {
-        Ok(r) => {
-            traced(register(b, r), "concat", &[], &[dim], &hs)
-        }
+        Ok(r) => traced(register(b, r), "concat", &[], &[dim], &hs),
         Err(e) => Err(diagnose("concat", &refs, e, || {
             let s0 = shape(refs[0]);
             let d = match norm_dim("concat", dim, &s0) {

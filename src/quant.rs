@@ -287,12 +287,8 @@ pub enum Layout {
 /// (and `b`) is the float linear's of the dequantized weight, straight
 /// through the activation's quantization; `w` gets none.
 pub fn linear(op: &str, x: i64, w: i64, b: i64, layout: Layout) -> Result<i64> {
-    let h = product(op, x, w, b, layout)?;
-    if crate::trace::on() {
-        // An ONNX export refuses it by name (the weight is not a float tensor).
-        crate::trace::opaque("linear with a quantized weight", &[x], &[h]);
-    }
-    Ok(h)
+    // An ONNX export refuses it by name (the weight is not a float tensor).
+    crate::trace::opaque_result("linear with a quantized weight", &[x], product(op, x, w, b, layout))
 }
 
 fn product(op: &str, x: i64, w: i64, b: i64, layout: Layout) -> Result<i64> {

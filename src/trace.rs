@@ -191,3 +191,11 @@ pub fn seed(name: &'static str, args: &[f64], ints: &[i64], inputs: &[i64], outp
 pub fn opaque(name: &'static str, inputs: &[i64], outputs: &[i64]) {
     record(Kind::Opaque(name), inputs, outputs, false);
 }
+
+/// `r`, recorded as an opaque producer of `inputs` when this thread traces and it succeeded.
+pub fn opaque_result(name: &'static str, inputs: &[i64], r: Result<i64>) -> Result<i64> {
+    if let (Ok(h), true) = (&r, on()) {
+        opaque(name, inputs, &[*h]);
+    }
+    r
+}

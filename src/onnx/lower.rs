@@ -10,7 +10,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::onnx::proto::{AttributeProto, TensorProto};
 use crate::trace::{Kind, Meta, Node, Trace};
-use crate::vocab::{Scalar, Value};
+use crate::vocab::Value;
 
 /// One input of a node: its ONNX name, shape and dtype, and its batch dim.
 #[derive(Clone)]
@@ -52,25 +52,6 @@ fn norm(d: i64, rank: usize) -> usize {
 
 fn is_float(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
-}
-
-/// The dtype two operands of a comparison meet in (PyTorch's promotion,
-/// for the dtypes a comparison sees in a model).
-fn common(a: DType, b: DType) -> DType {
-    if a == b {
-        return a;
-    }
-    let rank = |d: DType| match d {
-        DType::F64 => 5,
-        DType::F32 => 4,
-        DType::F16 | DType::BF16 => 3,
-        _ => 0,
-    };
-    match (rank(a), rank(b)) {
-        (0, 0) => DType::I64,
-        (x, y) if x >= y => a,
-        _ => b,
-    }
 }
 
 impl L<'_> {
@@ -356,10 +337,11 @@ fn lower(l: &mut L) -> Result<()> {
         }
         "eq" | "ne" | "lt" | "le" | "gt" | "ge" => {
             let s = l.t("self").expect("a comparison's self is a tensor");
-            let c = match l.t("other") {
-                Some(o) => common(s.meta.dtype, o.meta.dtype),
-                None if matches!(l.arg("other"), Some(Value::Scalar(Scalar::Float(_)))) && !is_float(s.meta.dtype) => DType::F32,
-                None => s.meta.dtype,
+            // The dtype the operands meet in: core's promotion, as the op ran.
+            let c = match (l.t("other"), l.arg("other")) {
+                (Some(o), _) => crate::vocab::promote(s.meta.dtype, s.rank() > 0, o.meta.dtype, o.rank() > 0),
+                (None, Some(Value::Scalar(v))) => crate::vocab::promote_scalar(s.meta.dtype, *v),
+                _ => s.meta.dtype,
             };
             let a = l.operand("self", c)?;
             let b = l.operand("other", c)?;
