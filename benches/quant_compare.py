@@ -3,19 +3,20 @@ measured in this run.
 
 - int8 GEMM: `linear` of a [1024, 1024] fp32 activation with a qint8 weight
   [1024, 1024] (the activation quantized per row, int8 x int8 -> int32 on
-  VNNI, rescaled), in TOPS, against the native fp32 `linear` of the same
+  AVX-512 VNNI, or on AVX2's vpmaddwd where VNNI is absent, rescaled), in TOPS, against the native fp32 `linear` of the same
   sizes in GFLOP/s (2 ops per multiply-add for both). Target: >= 3x.
 - the same with a q8_0 weight (block scales: one more multiply-add per 32).
 - int8 `linear` 4096x4096 at batch 1 against PyTorch's
   `torch.ao.nn.quantized.dynamic.Linear` (fbgemm, the same int8 weights):
   Target: <= 0.5x its time.
-- bf16 `matmul` 1024^3 (vdpbf16ps, fp32 accumulation) against native fp32.
-  Target: >= 1.8x.
+- bf16 `matmul` 1024^3 (AMX tiles where the CPU has them, else the `gemm`
+  crate, which widens to fp32) against native fp32. Target: >= 1.8x.
 
 Every figure is also printed as a fraction of the register-only fp32 FMA
-peak that `fma_peak` measures (int8: against 4x that peak, what VNNI's
-`vpdpbusd` does per instruction where one FMA does 2 flops x 16 lanes; bf16:
-against 2x).
+peak that `fma_peak` measures, scaled by what the CPU's int8 or bf16
+instruction does per instruction where one FMA does 2 flops per fp32 lane:
+int8 4x with AVX-512 VNNI (`vpdpbusd`), 2x with AVX2 alone (`vpmaddwd`);
+bf16 2x with AVX-512 BF16 or AMX, 1x without (the product runs in fp32).
 
     ENKAI_TENSOR_PATH=<native lib> python benches/quant_compare.py [fma_peak binary]
 """
@@ -33,7 +34,21 @@ from timing import best
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 
 
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def main():
+    flags = cpu_flags()
+    int8_mult = 4 if "avx512_vnni" in flags else 2
+    bf16_mult = 2 if {"avx512_bf16", "amx_bf16"} & flags else 1
     et.set_num_threads(1)
     torch.set_num_threads(1)
     peak = None
@@ -55,14 +70,15 @@ def main():
     def frac(rate, mult):
         return f"{rate / (peak * mult):>9.0%}" if peak else f"{'-':>9}"
 
-    print(f"low precision on native, 1 thread, best of {ROUNDS}; fp32 FMA peak {peak or float('nan'):.1f} GFLOP/s")
+    isa = "AVX-512 VNNI" if int8_mult == 4 else "AVX2 (no VNNI)"
+    print(f"low precision on native, 1 thread, best of {ROUNDS}; fp32 FMA peak {peak or float('nan'):.1f} GFLOP/s; int8 on {isa}")
     print(f"{'case':<34}{'ms':>9}{'G(FL)OP/s':>11}{'vs fp32':>9}{'of peak':>9}")
     rows = [
         ("fp32 linear 1024^3", fp32, 1, 1),
-        ("qint8 linear 1024^3", i8, fp32, 4),
-        ("q8_0 linear 1024^3", q80, fp32, 4),
+        ("qint8 linear 1024^3", i8, fp32, int8_mult),
+        ("q8_0 linear 1024^3", q80, fp32, int8_mult),
         ("fp32 matmul 1024^3", f32m, 1, 1),
-        ("bf16 matmul 1024^3", bf, f32m, 2),
+        ("bf16 matmul 1024^3", bf, f32m, bf16_mult),
     ]
     for name, t, base, mult in rows:
         ratio = f"{base / t:>9.2f}" if base != 1 else f"{'':>9}"

@@ -46,10 +46,23 @@
 //! Work is split over the columns (B panels). The parallel loop is a callback
 //! `par(tasks, body)` ([`Par`]), the native pool's `par::for_each`.
 //!
+//! # AVX2 path (no VNNI)
+//! On CPUs with AVX2 but no AVX-512 VNNI (AMD Zen 2/3, Intel before Ice Lake)
+//! the same packed B runs on `vpmaddwd` (i16 × i16 → i32, pairs summed):
+//! 16 bytes of a B vector (4 columns × 4 k) are zero-extended to 16 `i16`,
+//! so each `i32` lane of the product holds one column's sum over a pair of k
+//! and two lanes make a column; they are added (`vphaddd`) when C is written.
+//! A is packed widened to `i16` so that a row's 4 k are one 64-bit broadcast.
+//! `vpmaddubsw`, the usual AVX2 int8 product, is not used: it saturates its
+//! `i16` pair sums (255 · 128 · 2 > 2¹⁵), so it is not exact for these
+//! operands; `(b + 128) · a` pair sums (≤ 65280) fit `vpmaddwd`'s `i32`. Its
+//! rate is 16 multiply-adds per instruction, 2× an AVX2 fp32 FMA, which
+//! bounds int8 at about twice the fp32 GEMM on such CPUs.
+//!
 //! # Portable path
-//! Without AVX-512 VNNI (or with `simd = false`) a scalar micro-kernel runs on
+//! Without either (or with `simd = false`) a scalar micro-kernel runs on
 //! the same packed data and the same blocking, in the same order of floating
-//! point operations, so its results are bit-identical to the SIMD path.
+//! point operations, so its results are bit-identical to the SIMD paths.
 
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
@@ -72,6 +85,36 @@ pub fn vnni_available() -> bool {
     }
 }
 
+/// Whether the AVX2 kernels can run on this CPU.
+pub fn avx2_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The micro-kernel family a call runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Isa {
+    Vnni,
+    Avx2,
+    Portable,
+}
+
+fn isa(simd: bool) -> Isa {
+    if simd && vnni_available() {
+        Isa::Vnni
+    } else if simd && avx2_available() {
+        Isa::Avx2
+    } else {
+        Isa::Portable
+    }
+}
+
 /// Columns per B panel: 3 vectors of 16 `i32` lanes.
 pub const NR: usize = 48;
 const LANES: usize = 16;
@@ -88,6 +131,12 @@ const KC: usize = 512;
 const MC: usize = 256;
 /// q8_0 block length along k.
 pub const QK: usize = 32;
+/// How far ahead of its reads the AVX2 kernels prefetch B, in bytes. At
+/// batch 1 the product is a stream over the weights, and on AMD Zen 3 the
+/// hardware prefetcher alone kept it at 8–13 GB/s; prefetching 4 KiB ahead
+/// gave 16–26 GB/s in the same runs (2 KiB: 14–19; measured on a copy of
+/// the kernel's loop over a 16 MiB weight).
+const PREFETCH: usize = 4096;
 
 /// Raw pointer that may be shared between the tasks of one call: every task
 /// writes a disjoint set of columns of C.
@@ -184,14 +233,40 @@ impl PackedQ8_0 {
 
 }
 
+/// Packed A: `i8` for the VNNI and portable kernels, widened to `i16` for
+/// the AVX2 one. `at(e)` is the address of element `e`, for a tile.
+enum APack {
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+}
+
+impl APack {
+    fn new(a: &[i8], m: usize, k: usize, mr: usize, blk: usize, isa: Isa) -> (APack, Vec<i32>) {
+        if isa == Isa::Avx2 {
+            let (d, c) = pack_a::<i16>(a, m, k, mr, blk);
+            (APack::I16(d), c)
+        } else {
+            let (d, c) = pack_a::<i8>(a, m, k, mr, blk);
+            (APack::I8(d), c)
+        }
+    }
+
+    fn at(&self, e: usize) -> *const u8 {
+        match self {
+            APack::I8(d) => d[e..].as_ptr().cast(),
+            APack::I16(d) => d[e..].as_ptr().cast(),
+        }
+    }
+}
+
 /// Packs `a` `[m, k]` into row panels of `mr` rows, `[k4][mr][4]` each (rows
 /// and k zero-padded), and returns with it, per row and per `blk` elements of
 /// k, the correction `−128 · Σ a` that undoes the weights' offset.
-fn pack_a(a: &[i8], m: usize, k: usize, mr: usize, blk: usize) -> (Vec<i8>, Vec<i32>) {
+fn pack_a<T: From<i8> + Copy + Default>(a: &[i8], m: usize, k: usize, mr: usize, blk: usize) -> (Vec<T>, Vec<i32>) {
     let k4 = k.div_ceil(4);
     let mp = m.div_ceil(mr);
     let nblk = k.div_ceil(blk);
-    let mut data = vec![0i8; mp * k4 * mr * 4];
+    let mut data = vec![T::default(); mp * k4 * mr * 4];
     // corr: [mp][nblk][mr]
     let mut corr = vec![0i32; mp * nblk * mr];
     for i in 0..m {
@@ -201,10 +276,12 @@ fn pack_a(a: &[i8], m: usize, k: usize, mr: usize, blk: usize) -> (Vec<i8>, Vec<
         // Whole groups of 4 k move as one word; the last group may be short.
         let mut groups = row.chunks_exact(4);
         for (g, src) in (&mut groups).enumerate() {
-            panel[g * mr * 4 + r * 4..g * mr * 4 + r * 4 + 4].copy_from_slice(src);
+            for (d, &x) in panel[g * mr * 4 + r * 4..g * mr * 4 + r * 4 + 4].iter_mut().zip(src) {
+                *d = T::from(x);
+            }
         }
         for (q, &x) in groups.remainder().iter().enumerate() {
-            panel[(k / 4) * mr * 4 + r * 4 + q] = x;
+            panel[(k / 4) * mr * 4 + r * 4 + q] = T::from(x);
         }
         for (b, chunk) in row.chunks(blk).enumerate() {
             let s: i32 = chunk.iter().map(|&x| x as i32).sum();
@@ -251,6 +328,11 @@ pub fn gemm_i8_packed_with(
     par: &Par,
     simd: bool,
 ) {
+    gemm_i8(m, a, k, pb, c, threads, par, isa(simd))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gemm_i8(m: usize, a: &[i8], k: usize, pb: &PackedI8, c: &mut [i32], threads: usize, par: &Par, isa: Isa) {
     let n = pb.n;
     assert_eq!(k, pb.k, "k does not match the packed weights");
     assert!(a.len() >= m * k && c.len() >= m * n, "a or c too small");
@@ -261,10 +343,9 @@ pub fn gemm_i8_packed_with(
         c[..m * n].fill(0);
         return;
     }
-    let simd = simd && vnni_available();
     // One correction per row over the whole k: it is applied once, by the
     // first k block.
-    let (ap, corr) = pack_a(a, m, k, MR, k);
+    let (ap, corr) = APack::new(a, m, k, MR, k, isa);
     let k4 = pb.k4;
     let mp = m.div_ceil(MR);
     // A single row panel gains nothing from k blocking (each B byte is used
@@ -288,7 +369,7 @@ pub fn gemm_i8_packed_with(
                         let rows = (m - ip * MR).min(MR);
                         let t = TileI8 {
                             kl4,
-                            a: unsafe { ap.as_ptr().add((ip * k4 + pc4) * MR * 4) },
+                            a: ap.at((ip * k4 + pc4) * MR * 4),
                             b: bp,
                             bstride: w * 4,
                             corr: if first { unsafe { corr.as_ptr().add(ip * MR) } } else { core::ptr::null() },
@@ -296,7 +377,7 @@ pub fn gemm_i8_packed_with(
                             ldc: n,
                             ncols,
                         };
-                        unsafe { tile_i8(&t, rows, w / LANES, simd) };
+                        unsafe { tile_i8(&t, rows, w / LANES, isa) };
                     }
                 }
             }
@@ -307,8 +388,9 @@ pub fn gemm_i8_packed_with(
 /// One micro-kernel call: `rows × ncols` of C over `kl4` groups of 4 k.
 struct TileI8 {
     kl4: usize,
-    /// Packed A panel at the block's first k group; stride `MR * 4` per group.
-    a: *const i8,
+    /// Packed A panel at the block's first k group; stride `MR * 4` elements
+    /// per group (`i8`, or `i16` for the AVX2 kernel).
+    a: *const u8,
     /// Packed B panel at the block's first k group; stride `bstride` per group.
     b: *const u8,
     bstride: usize,
@@ -320,9 +402,38 @@ struct TileI8 {
     ncols: usize,
 }
 
-unsafe fn tile_i8(t: &TileI8, rows: usize, nv: usize, simd: bool) {
+unsafe fn tile_i8(t: &TileI8, rows: usize, nv: usize, isa: Isa) {
     #[cfg(target_arch = "x86_64")]
-    if simd {
+    if isa == Isa::Avx2 {
+        // 16 ymm registers: one row takes all the vectors at once (4 per
+        // 16 columns), more rows go 16 columns at a time, up to 3 rows.
+        if rows == 1 {
+            match nv {
+                1 => return unsafe { kern_i8_avx2::<1, 1>(t, 0, 0) },
+                2 => return unsafe { kern_i8_avx2::<1, 2>(t, 0, 0) },
+                3 => return unsafe { kern_i8_avx2::<1, 3>(t, 0, 0) },
+                _ => unreachable!(),
+            }
+        }
+        for v in 0..nv {
+            let mut i = 0;
+            while i < rows {
+                match rows - i {
+                    1 => unsafe { kern_i8_avx2::<1, 1>(t, i, v) },
+                    2 | 4 => unsafe { kern_i8_avx2::<2, 1>(t, i, v) },
+                    _ => unsafe { kern_i8_avx2::<3, 1>(t, i, v) },
+                }
+                i += match rows - i {
+                    1 => 1,
+                    2 | 4 => 2,
+                    _ => 3,
+                };
+            }
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Vnni {
         // Monomorphize over the tile shape so the accumulators live in
         // registers.
         macro_rules! dispatch {
@@ -337,7 +448,7 @@ unsafe fn tile_i8(t: &TileI8, rows: usize, nv: usize, simd: bool) {
         }
         unsafe { dispatch!(1, 2, 3, 4, 5, 6, 7, 8) }
     }
-    let _ = (simd, nv);
+    let _ = (isa, nv);
     unsafe { kern_i8_scalar(t, rows) }
 }
 
@@ -351,7 +462,7 @@ unsafe fn kern_i8_scalar(t: &TileI8, rows: usize) {
         for g in 0..t.kl4 {
             let brow = unsafe { core::slice::from_raw_parts(t.b.add(g * t.bstride), nc * 4) };
             for q in 0..4 {
-                let x = unsafe { *t.a.add(g * MR * 4 + i * 4 + q) } as i32;
+                let x = unsafe { *(t.a as *const i8).add(g * MR * 4 + i * 4 + q) } as i32;
                 for (j, s) in acc[..nc].iter_mut().enumerate() {
                     *s = s.wrapping_add(x * brow[j * 4 + q] as i32);
                 }
@@ -384,7 +495,7 @@ unsafe fn kern_i8<const R: usize, const V: usize>(t: &TileI8) {
             }
         }
     }
-    let (mut a, mut b) = (t.a, t.b);
+    let (mut a, mut b) = (t.a as *const i8, t.b);
     let mut bv = [_mm512_setzero_si512(); V];
     for _ in 0..t.kl4 {
         for v in 0..V {
@@ -417,6 +528,71 @@ unsafe fn kern_i8<const R: usize, const V: usize>(t: &TileI8) {
     }
 }
 
+/// Row `i`'s 8 columns from two accumulators of 4 columns × 2 k-pair lanes
+/// (`lo`: columns 0–3, `hi`: 4–7): `vphaddd` sums each column's pair, in the
+/// order `[0 1 4 5 | 2 3 6 7]`, which `vpermq` puts straight.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn columns8(lo: __m256i, hi: __m256i) -> __m256i {
+    unsafe { _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi)) }
+}
+
+/// Stores the first `cols` (≤ 8) lanes of `x` at `p`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn store8<T: Copy>(p: *mut T, x: [T; 8], cols: usize) {
+    unsafe { core::ptr::copy_nonoverlapping(x.as_ptr(), p, cols.min(8)) };
+}
+
+/// The AVX2 int8 micro-kernel (module doc) on rows `i0 .. i0 + R` and the
+/// 16-column vectors `v0 .. v0 + V` of the tile.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)] // accumulators are indexed [row][quarter]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kern_i8_avx2<const R: usize, const V: usize>(t: &TileI8, i0: usize, v0: usize) {
+    // acc[i][q]: columns 4q .. 4q + 4 of the vectors, two lanes per column.
+    let mut acc = [[_mm256_setzero_si256(); 12]; R];
+    let mut a = unsafe { (t.a as *const i16).add(i0 * 4) };
+    let mut b = unsafe { t.b.add(v0 * 64) };
+    for _ in 0..t.kl4 {
+        for v in 0..V {
+            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH + v * 64) as *const i8);
+        }
+        for q in 0..4 * V {
+            // 4 columns × 4 k of B, zero-extended to i16 (B is offset to u8).
+            let bw = unsafe { _mm256_cvtepu8_epi16(_mm_loadu_si128(b.add(q * 16) as *const __m128i)) };
+            for i in 0..R {
+                // Row i's 4 k as i16, repeated over the 4 columns.
+                let x = _mm256_set1_epi64x(unsafe { (a.add(i * 4) as *const i64).read_unaligned() });
+                acc[i][q] = _mm256_add_epi32(acc[i][q], _mm256_madd_epi16(bw, x));
+            }
+        }
+        a = unsafe { a.add(MR * 4) };
+        b = unsafe { b.add(t.bstride) };
+    }
+    for i in 0..R {
+        let row = i0 + i;
+        for h in 0..2 * V {
+            let col = v0 * LANES + h * 8;
+            if col >= t.ncols {
+                break;
+            }
+            let mut x = unsafe { columns8(acc[i][2 * h], acc[i][2 * h + 1]) };
+            let p = unsafe { t.c.add(row * t.ldc + col) };
+            let mut prev = [0i32; 8];
+            if t.corr.is_null() {
+                unsafe { core::ptr::copy_nonoverlapping(p, prev.as_mut_ptr(), (t.ncols - col).min(8)) };
+            } else {
+                prev = [unsafe { *t.corr.add(row) }; 8];
+            }
+            x = _mm256_add_epi32(x, unsafe { _mm256_loadu_si256(prev.as_ptr() as *const __m256i) });
+            let mut out = [0i32; 8];
+            unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, x) };
+            unsafe { store8(p, out, t.ncols - col) };
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // q8_0: int8 blocks of 32 with f32 scales → f32
 // ---------------------------------------------------------------------------
@@ -433,6 +609,11 @@ pub fn gemm_q8_0_packed_with(
     par: &Par,
     simd: bool,
 ) {
+    gemm_q8_0(m, a, a_scales, pb, c, threads, par, isa(simd))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gemm_q8_0(m: usize, a: &[i8], a_scales: &[f32], pb: &PackedQ8_0, c: &mut [f32], threads: usize, par: &Par, isa: Isa) {
     let (n, k, nb) = (pb.q.n, pb.q.k, pb.nb);
     assert!(a.len() >= m * k && a_scales.len() >= m * nb && c.len() >= m * n, "a, a_scales or c too small");
     if m == 0 || n == 0 {
@@ -442,8 +623,7 @@ pub fn gemm_q8_0_packed_with(
         c[..m * n].fill(0.0);
         return;
     }
-    let simd = simd && vnni_available();
-    let (ap, corr) = pack_a(a, m, k, MRQ, QK);
+    let (ap, corr) = APack::new(a, m, k, MRQ, QK, isa);
     // Scales of A beside the corrections, [mp][nb][MRQ].
     let mp = m.div_ceil(MRQ);
     let mut sa = vec![0f32; mp * nb * MRQ];
@@ -472,7 +652,7 @@ pub fn gemm_q8_0_packed_with(
                         let rows = (m - ip * MRQ).min(MRQ);
                         let t = TileQ8 {
                             nbl,
-                            a: unsafe { ap.as_ptr().add((ip * k4 + pc4) * MRQ * 4) },
+                            a: ap.at((ip * k4 + pc4) * MRQ * 4),
                             corr: unsafe { corr.as_ptr().add((ip * nb + pcb) * MRQ) },
                             sa: unsafe { sa.as_ptr().add((ip * nb + pcb) * MRQ) },
                             b: bp,
@@ -483,7 +663,7 @@ pub fn gemm_q8_0_packed_with(
                             ncols: (n - p * NR).min(NR),
                             first: pcb == 0,
                         };
-                        unsafe { tile_q8(&t, rows, simd) };
+                        unsafe { tile_q8(&t, rows, isa) };
                     }
                 }
             }
@@ -494,8 +674,8 @@ pub fn gemm_q8_0_packed_with(
 /// One q8_0 micro-kernel call over `nbl` blocks of 32 k.
 struct TileQ8 {
     nbl: usize,
-    /// Packed A, `[k4][MRQ][4]`.
-    a: *const i8,
+    /// Packed A, `[k4][MRQ][4]` (`i8`, or `i16` for the AVX2 kernel).
+    a: *const u8,
     /// Row corrections and scales, `[block][MRQ]`.
     corr: *const i32,
     sa: *const f32,
@@ -510,9 +690,35 @@ struct TileQ8 {
     first: bool,
 }
 
-unsafe fn tile_q8(t: &TileQ8, rows: usize, simd: bool) {
+unsafe fn tile_q8(t: &TileQ8, rows: usize, isa: Isa) {
     #[cfg(target_arch = "x86_64")]
-    if simd {
+    if isa == Isa::Avx2 {
+        // Integer and f32 accumulators share 16 ymm registers: one row takes
+        // 32 columns at once, two rows 16.
+        let nv = t.w / LANES;
+        let mut v = 0;
+        while v < nv {
+            if rows == 1 && nv - v >= 2 {
+                unsafe { kern_q8_avx2::<1, 2>(t, 0, v) };
+                v += 2;
+                continue;
+            }
+            let mut i = 0;
+            while i < rows {
+                if rows - i >= 2 {
+                    unsafe { kern_q8_avx2::<2, 1>(t, i, v) };
+                    i += 2;
+                } else {
+                    unsafe { kern_q8_avx2::<1, 1>(t, i, v) };
+                    i += 1;
+                }
+            }
+            v += 1;
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Vnni {
         let nv = t.w / LANES;
         macro_rules! dispatch {
             ($($r:literal),*) => {
@@ -526,7 +732,7 @@ unsafe fn tile_q8(t: &TileQ8, rows: usize, simd: bool) {
         }
         unsafe { dispatch!(1, 2, 3, 4) }
     }
-    let _ = simd;
+    let _ = isa;
     unsafe { kern_q8_scalar(t, rows) }
 }
 
@@ -540,7 +746,7 @@ unsafe fn kern_q8_scalar(t: &TileQ8, rows: usize) {
                 let mut s = unsafe { *t.corr.add(blk * MRQ + i) };
                 for g in blk * QK / 4..(blk + 1) * QK / 4 {
                     for q in 0..4 {
-                        let x = unsafe { *t.a.add(g * MRQ * 4 + i * 4 + q) } as i32;
+                        let x = unsafe { *(t.a as *const i8).add(g * MRQ * 4 + i * 4 + q) } as i32;
                         let y = unsafe { *t.b.add(g * t.w * 4 + j * 4 + q) } as i32;
                         s = s.wrapping_add(x * y);
                     }
@@ -561,7 +767,7 @@ unsafe fn kern_q8<const R: usize, const V: usize>(t: &TileQ8) {
     let mut facc = [[_mm512_setzero_ps(); V]; R];
     let mut iacc = [[_mm512_setzero_si512(); V]; R];
     let mut bv = [_mm512_setzero_si512(); V];
-    let (mut a, mut b) = (t.a, t.b);
+    let (mut a, mut b) = (t.a as *const i8, t.b);
     for blk in 0..t.nbl {
         // Start each block's i32 sums at the row correction −128·Σ a.
         for i in 0..R {
@@ -610,6 +816,68 @@ unsafe fn kern_q8<const R: usize, const V: usize>(t: &TileQ8) {
 }
 
 
+/// The AVX2 q8_0 micro-kernel on rows `i0 .. i0 + R` and vectors
+/// `v0 .. v0 + V`, in the portable kernel's order of operations.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)] // accumulators are indexed [row][quarter]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kern_q8_avx2<const R: usize, const V: usize>(t: &TileQ8, i0: usize, v0: usize) {
+    // f32 sums per 8 columns, and each block's i32 sums per 4 columns × 2 lanes.
+    let mut facc = [[_mm256_setzero_ps(); 4]; R];
+    let mut iacc = [[_mm256_setzero_si256(); 8]; R];
+    let mut a = unsafe { (t.a as *const i16).add(i0 * 4) };
+    let mut b = unsafe { t.b.add(v0 * 64) };
+    for blk in 0..t.nbl {
+        for i in 0..R {
+            for q in 0..4 * V {
+                iacc[i][q] = _mm256_setzero_si256();
+            }
+        }
+        for _ in 0..QK / 4 {
+            for v in 0..V {
+                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH + v * 64) as *const i8);
+            }
+            for q in 0..4 * V {
+                let bw = unsafe { _mm256_cvtepu8_epi16(_mm_loadu_si128(b.add(q * 16) as *const __m128i)) };
+                for i in 0..R {
+                    let x = _mm256_set1_epi64x(unsafe { (a.add(i * 4) as *const i64).read_unaligned() });
+                    iacc[i][q] = _mm256_add_epi32(iacc[i][q], _mm256_madd_epi16(bw, x));
+                }
+            }
+            a = unsafe { a.add(MRQ * 4) };
+            b = unsafe { b.add(t.w * 4) };
+        }
+        for i in 0..R {
+            // The block's dot product starts at the row correction −128·Σ a.
+            let corr = _mm256_set1_epi32(unsafe { *t.corr.add(blk * MRQ + i0 + i) });
+            let sa = _mm256_set1_ps(unsafe { *t.sa.add(blk * MRQ + i0 + i) });
+            for h in 0..2 * V {
+                let dot = _mm256_add_epi32(corr, unsafe { columns8(iacc[i][2 * h], iacc[i][2 * h + 1]) });
+                let sb = unsafe { _mm256_loadu_ps(t.sb.add(blk * t.w + v0 * LANES + h * 8)) };
+                let d = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), sb);
+                facc[i][h] = _mm256_fmadd_ps(d, sa, facc[i][h]);
+            }
+        }
+    }
+    for i in 0..R {
+        for h in 0..2 * V {
+            let col = v0 * LANES + h * 8;
+            if col >= t.ncols {
+                break;
+            }
+            let p = unsafe { t.c.add((i0 + i) * t.ldc + col) };
+            let mut out = [0f32; 8];
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), facc[i][h]) };
+            if !t.first {
+                for (o, j) in out.iter_mut().zip(0..(t.ncols - col).min(8)) {
+                    *o += unsafe { *p.add(j) };
+                }
+            }
+            unsafe { store8(p, out, t.ncols - col) };
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     //! Against naive references, on the SIMD and the portable path, 1 to 3 threads.
@@ -649,7 +917,17 @@ pub(crate) mod tests {
         });
     }
 
-    const PATHS: [(usize, bool); 4] = [(1, true), (3, true), (1, false), (2, false)];
+    /// (threads, kernel) for every kernel this CPU runs.
+    fn paths() -> Vec<(usize, Isa)> {
+        let mut v = vec![(1, Isa::Portable), (2, Isa::Portable)];
+        if avx2_available() {
+            v.extend([(1, Isa::Avx2), (3, Isa::Avx2)]);
+        }
+        if vnni_available() {
+            v.extend([(1, Isa::Vnni), (3, Isa::Vnni)]);
+        }
+        v
+    }
 
     fn check_i8(rng: &mut Rng, m: usize, n: usize, k: usize) {
         let (a, b) = (rng.i8s(m * k), rng.i8s(n * k));
@@ -660,10 +938,10 @@ pub(crate) mod tests {
             }
         }
         let pb = PackedI8::pack(&b, n, k);
-        for (threads, simd) in PATHS {
+        for (threads, isa) in paths() {
             let mut c = vec![7i32; m * n];
-            gemm_i8_packed_with(m, &a, k, &pb, &mut c, threads, &scoped, simd);
-            assert!(c == want, "gemm_i8 m={m} n={n} k={k} threads={threads} simd={simd}");
+            gemm_i8(m, &a, k, &pb, &mut c, threads, &scoped, isa);
+            assert!(c == want, "gemm_i8 m={m} n={n} k={k} threads={threads} {isa:?}");
         }
     }
 
@@ -680,9 +958,9 @@ pub(crate) mod tests {
         // All −128: the largest products, and the weight offset's worst case.
         let (m, n, k) = (17, 50, 4099);
         let pb = PackedI8::pack(&vec![-128i8; n * k], n, k);
-        for (threads, simd) in PATHS {
+        for (threads, isa) in paths() {
             let mut c = vec![0i32; m * n];
-            gemm_i8_packed_with(m, &vec![-128i8; m * k], k, &pb, &mut c, threads, &scoped, simd);
+            gemm_i8(m, &vec![-128i8; m * k], k, &pb, &mut c, threads, &scoped, isa);
             assert!(c.iter().all(|&x| x == 16384 * k as i32));
         }
     }
@@ -694,9 +972,9 @@ pub(crate) mod tests {
         let sb: Vec<f32> = (0..n * nb).map(|_| rng.f32() * 0.01).collect();
         let pb = PackedQ8_0::pack(&b, &sb, n, k);
         let mut first: Option<Vec<f32>> = None;
-        for (threads, simd) in PATHS {
+        for (threads, isa) in paths() {
             let mut c = vec![f32::NAN; m * n];
-            gemm_q8_0_packed_with(m, &a, &sa, &pb, &mut c, threads, &scoped, simd);
+            gemm_q8_0(m, &a, &sa, &pb, &mut c, threads, &scoped, isa);
             for i in 0..m {
                 for j in 0..n {
                     let (mut want, mut mag) = (0f64, 0f64);

@@ -67,8 +67,11 @@ fn quantize_pieces(x: &[f32], q: &mut [i8], s: &mut [f32], len: usize) {
         // SAFETY: the CPU has the features the function is compiled for.
         return unsafe { quantize_pieces_avx512(x, q, s, len) };
     }
-    quantize_pieces_body(x, q, s, len)
+    quantize_pieces_wide(x, q, s, len)
 }
+
+// The portable body compiled for AVX2 as well, for CPUs without AVX-512.
+super::simd::multiversion!(fn quantize_pieces_wide<>(x: &[f32], q: &mut [i8], s: &mut [f32], len: usize) => quantize_pieces_body);
 
 /// `quantize_pieces` in AVX-512: `vcvtps2dq` rounds to nearest even (the
 /// MXCSR default) and `vpmovsdb` narrows with saturation. The autovectorized
