@@ -36,8 +36,6 @@ example-cpp: build build/examples/train_mlp
 # Ends with the C suites' "name: N passed, N failed" lines.
 test: libs rust-test nofeature-test python-test capi-test notorch-test sanitize-test
 
-# Both libraries at once: each compile of this crate is one codegen unit, so
-# one core, and the two builds share the machine's two (about 17 GB of memory together).
 # One after the other: each compile of this crate (one codegen unit) peaks
 # near 12 GB, and two at once do not fit the 24 GB CI machine.
 libs:

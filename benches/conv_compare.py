@@ -78,7 +78,7 @@ def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     lib = sys.argv[2] if len(sys.argv) > 2 else os.path.join(root, "target", "notorch", "release", "libenkai_tensor.so")
     peak = max(float(subprocess.run([fma_bin], check=True, capture_output=True, text=True).stdout) for _ in range(3))
-    print(f"fp32 FMA peak, 1 thread (AVX-512, registers only): {peak:.1f} GFLOP/s")
+    print(f"fp32 FMA peak, 1 thread (widest vector FMA, registers only): {peak:.1f} GFLOP/s")
     print(f"conv2d fwd+bwd x [{N},{C},{H},{W}] w [{OC},{C},{K},{K}] pad 1 fp32 ({FLOPS / 1e9:.1f} GFLOP per step), best of {ROUNDS}x{ITERS}")
     print(f"{'threads':>7} {'native ms':>10} {'eager ms':>9} {'ratio':>6} {'native GF/s':>11} {'eager GF/s':>10} {'native/peak':>11} {'eager/peak':>10}")
     for threads in (1, 2):

@@ -109,7 +109,7 @@ static void row(const char *what, setup_fn setup, step_fn step, int iters, doubl
 
 int main(int argc, char **argv) {
     if (argc > 1) peak = atof(argv[1]);
-    if (peak > 0) printf("fp32 FMA peak, 1 thread (AVX-512, registers only): %.1f GFLOP/s\n", peak);
+    if (peak > 0) printf("fp32 FMA peak, 1 thread (widest vector FMA, registers only): %.1f GFLOP/s\n", peak);
     printf("%-44s %10s %10s %9s\n", "what", "torch", "native", "ratio");
     ok(enkai_set_num_threads(1));
     row("add [4] fp32 (+free), 1 thread", setup_add, step_add, 200000, 0, 1);

@@ -3,8 +3,9 @@ measured in this run.
 
 - int8 GEMM: `linear` of a [1024, 1024] fp32 activation with a qint8 weight
   [1024, 1024] (the activation quantized per row, int8 x int8 -> int32 on
-  AVX-512 VNNI, or on AVX2's vpmaddwd where VNNI is absent, rescaled), in TOPS, against the native fp32 `linear` of the same
-  sizes in GFLOP/s (2 ops per multiply-add for both). Target: >= 3x.
+  AVX-512 VNNI, or on AVX2's vpmaddwd where VNNI is absent, rescaled), in
+  TOPS, against the native fp32 `linear` of the same sizes in GFLOP/s (2 ops
+  per multiply-add for both). Target: >= 3x.
 - the same with a q8_0 weight (block scales: one more multiply-add per 32).
 - int8 `linear` 4096x4096 at batch 1 against PyTorch's
   `torch.ao.nn.quantized.dynamic.Linear` (fbgemm, the same int8 weights):

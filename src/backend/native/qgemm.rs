@@ -406,7 +406,9 @@ unsafe fn tile_i8(t: &TileI8, rows: usize, nv: usize, isa: Isa) {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
         // 16 ymm registers: one row takes all the vectors at once (4 per
-        // 16 columns), more rows go 16 columns at a time, up to 3 rows.
+        // 16 columns), more rows go 16 columns at a time, 2 rows at a time
+        // (8 accumulators; 3 rows' 12 spilled to the stack in the inner
+        // loop, seen in `perf annotate`).
         if rows == 1 {
             match nv {
                 1 => return unsafe { kern_i8_avx2::<1, 1>(t, 0, 0) },
@@ -416,18 +418,12 @@ unsafe fn tile_i8(t: &TileI8, rows: usize, nv: usize, isa: Isa) {
             }
         }
         for v in 0..nv {
-            let mut i = 0;
-            while i < rows {
-                match rows - i {
-                    1 => unsafe { kern_i8_avx2::<1, 1>(t, i, v) },
-                    2 | 4 => unsafe { kern_i8_avx2::<2, 1>(t, i, v) },
-                    _ => unsafe { kern_i8_avx2::<3, 1>(t, i, v) },
+            for i in (0..rows).step_by(2) {
+                if rows - i >= 2 {
+                    unsafe { kern_i8_avx2::<2, 1>(t, i, v) };
+                } else {
+                    unsafe { kern_i8_avx2::<1, 1>(t, i, v) };
                 }
-                i += match rows - i {
-                    1 => 1,
-                    2 | 4 => 2,
-                    _ => 3,
-                };
             }
         }
         return;
@@ -544,6 +540,27 @@ unsafe fn store8<T: Copy>(p: *mut T, x: [T; 8], cols: usize) {
     unsafe { core::ptr::copy_nonoverlapping(x.as_ptr(), p, cols.min(8)) };
 }
 
+/// One group of 4 k of the AVX2 kernels: for each 4-column quarter `q` of
+/// the vectors `0 .. V` at `b`, its 16 bytes zero-extended to `i16` (B is
+/// offset to `u8`) times each row's 4 k at `a` (`i16`, one 64-bit
+/// broadcast), added into `acc[row][q]`; and B prefetched ahead.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)] // accumulators are indexed [row][quarter]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn madd_k4<const R: usize, const V: usize, const N: usize>(acc: &mut [[__m256i; N]; R], a: *const i16, b: *const u8) {
+    for v in 0..V {
+        _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH + v * 64) as *const i8);
+    }
+    for q in 0..4 * V {
+        let bw = unsafe { _mm256_cvtepu8_epi16(_mm_loadu_si128(b.add(q * 16) as *const __m128i)) };
+        for i in 0..R {
+            let x = _mm256_set1_epi64x(unsafe { (a.add(i * 4) as *const i64).read_unaligned() });
+            acc[i][q] = _mm256_add_epi32(acc[i][q], _mm256_madd_epi16(bw, x));
+        }
+    }
+}
+
 /// The AVX2 int8 micro-kernel (module doc) on rows `i0 .. i0 + R` and the
 /// 16-column vectors `v0 .. v0 + V` of the tile.
 #[cfg(target_arch = "x86_64")]
@@ -555,18 +572,7 @@ unsafe fn kern_i8_avx2<const R: usize, const V: usize>(t: &TileI8, i0: usize, v0
     let mut a = unsafe { (t.a as *const i16).add(i0 * 4) };
     let mut b = unsafe { t.b.add(v0 * 64) };
     for _ in 0..t.kl4 {
-        for v in 0..V {
-            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH + v * 64) as *const i8);
-        }
-        for q in 0..4 * V {
-            // 4 columns × 4 k of B, zero-extended to i16 (B is offset to u8).
-            let bw = unsafe { _mm256_cvtepu8_epi16(_mm_loadu_si128(b.add(q * 16) as *const __m128i)) };
-            for i in 0..R {
-                // Row i's 4 k as i16, repeated over the 4 columns.
-                let x = _mm256_set1_epi64x(unsafe { (a.add(i * 4) as *const i64).read_unaligned() });
-                acc[i][q] = _mm256_add_epi32(acc[i][q], _mm256_madd_epi16(bw, x));
-            }
-        }
+        unsafe { madd_k4::<R, V, 12>(&mut acc, a, b) };
         a = unsafe { a.add(MR * 4) };
         b = unsafe { b.add(t.bstride) };
     }
@@ -834,16 +840,7 @@ unsafe fn kern_q8_avx2<const R: usize, const V: usize>(t: &TileQ8, i0: usize, v0
             }
         }
         for _ in 0..QK / 4 {
-            for v in 0..V {
-                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH + v * 64) as *const i8);
-            }
-            for q in 0..4 * V {
-                let bw = unsafe { _mm256_cvtepu8_epi16(_mm_loadu_si128(b.add(q * 16) as *const __m128i)) };
-                for i in 0..R {
-                    let x = _mm256_set1_epi64x(unsafe { (a.add(i * 4) as *const i64).read_unaligned() });
-                    iacc[i][q] = _mm256_add_epi32(iacc[i][q], _mm256_madd_epi16(bw, x));
-                }
-            }
+            unsafe { madd_k4::<R, V, 8>(&mut iacc, a, b) };
             a = unsafe { a.add(MRQ * 4) };
             b = unsafe { b.add(t.w * 4) };
         }
