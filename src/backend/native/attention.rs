@@ -14,7 +14,7 @@
 //! it, and a query row that sees no key gets a zero output and zero
 //! gradients, as PyTorch's CPU kernels give.
 
-use super::fused::Real;
+use super::fused::{bigger, max, sum, Real};
 use super::kernels::Ptr;
 use super::par;
 use super::simd::multiversion;
@@ -243,8 +243,8 @@ fn backward_entry<R: Real>(p: &Problem<R>, b: usize, o: &[R], lse: &[R], g: &[R]
 // The element-wise passes over a tile, compiled for AVX2/AVX-512 as well
 // (`multiversion!`): the rest of the crate builds for baseline x86-64, where
 // they took a third of the forward's time beside the GEMMs. Maxima and sums
-// run over 8 lanes, because a fold over one accumulator is a serial chain
-// that does not vectorise.
+// are the softmax kernels' lane-wise ones (`fused::max`, `fused::sum`): a
+// fold over one accumulator is a serial chain that does not vectorise.
 
 /// The online softmax's step for a tile of scores `t` (rows of `bc`): per
 /// row, the running max (`lse`, -inf at first) and sum (`l`) are updated,
@@ -254,14 +254,14 @@ fn backward_entry<R: Real>(p: &Problem<R>, b: usize, o: &[R], lse: &[R], g: &[R]
 fn online_softmax_imp<R: Real>(t: &mut [R], bc: usize, lse: &mut [R], l: &mut [R], o: &mut [R], ev: usize) {
     for (r, row) in t.chunks_exact_mut(bc).enumerate() {
         let m_old = lse[r];
-        let m = row_max(row, m_old);
+        let m = bigger(m_old, max(row));
         if m == R::neg_infinity() {
             row.fill(R::zero());
             continue;
         }
         let alpha = (m_old - m).vexp();
-        let sum = exp_sum(row, m);
-        l[r] = l[r] * alpha + sum;
+        row.iter_mut().for_each(|x| *x = (*x - m).vexp());
+        l[r] = l[r] * alpha + sum(row);
         lse[r] = m;
         if alpha != R::one() {
             o[r * ev..(r + 1) * ev].iter_mut().for_each(|x| *x = *x * alpha);
@@ -269,38 +269,6 @@ fn online_softmax_imp<R: Real>(t: &mut [R], bc: usize, lse: &mut [R], l: &mut [R
     }
 }
 multiversion!(fn online_softmax<R: Real>(t: &mut [R], bc: usize, lse: &mut [R], l: &mut [R], o: &mut [R], ev: usize) => online_softmax_imp);
-
-/// `max(init, row…)`, NaNs ignored as `x > m` ignores them.
-#[inline(always)]
-fn row_max<R: Real>(row: &[R], init: R) -> R {
-    let mut acc = [init; 8];
-    let mut chunks = row.chunks_exact(8);
-    for c in &mut chunks {
-        for i in 0..8 {
-            acc[i] = if c[i] > acc[i] { c[i] } else { acc[i] };
-        }
-    }
-    chunks.remainder().iter().chain(&acc).fold(init, |m, &x| if x > m { x } else { m })
-}
-
-/// Replaces each `x` of `row` by `exp(x - m)` and returns their sum.
-#[inline(always)]
-fn exp_sum<R: Real>(row: &mut [R], m: R) -> R {
-    let mut acc = [R::zero(); 8];
-    let mut chunks = row.chunks_exact_mut(8);
-    for c in &mut chunks {
-        for i in 0..8 {
-            c[i] = (c[i] - m).vexp();
-            acc[i] = acc[i] + c[i];
-        }
-    }
-    let mut sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for x in chunks.into_remainder() {
-        *x = (*x - m).vexp();
-        sum = sum + *x;
-    }
-    sum
-}
 
 /// The backward's probabilities: row `r` of the scores `t` becomes `exp(x - lse[r])`.
 #[inline(always)]

@@ -274,14 +274,14 @@ fn sum_map<T: Real>(a: &[T], f: impl Fn(T) -> T) -> T {
 }
 
 #[inline(always)]
-fn sum<T: Real>(a: &[T]) -> T {
+pub(super) fn sum<T: Real>(a: &[T]) -> T {
     sum_map(a, |v| v)
 }
 
 /// `max` that vectorises. It may drop a NaN, which is harmless here: a NaN
 /// in a row reaches every output through the row's sum of exponentials.
 #[inline(always)]
-fn bigger<T: Real>(m: T, v: T) -> T {
+pub(super) fn bigger<T: Real>(m: T, v: T) -> T {
     if v > m {
         v
     } else {
@@ -290,7 +290,7 @@ fn bigger<T: Real>(m: T, v: T) -> T {
 }
 
 #[inline(always)]
-fn max<T: Real>(x: &[T]) -> T {
+pub(super) fn max<T: Real>(x: &[T]) -> T {
     combine(fold_lanes(x, x, T::neg_infinity(), |m, v, _| bigger(m, v)), bigger)
 }
 

@@ -584,16 +584,17 @@ unsafe fn kern_i8_avx2<const R: usize, const V: usize>(t: &TileI8, i0: usize, v0
                 break;
             }
             let mut x = unsafe { columns8(acc[i][2 * h], acc[i][2 * h + 1]) };
-            let p = unsafe { t.c.add(row * t.ldc + col) };
-            let mut prev = [0i32; 8];
-            if t.corr.is_null() {
-                unsafe { core::ptr::copy_nonoverlapping(p, prev.as_mut_ptr(), (t.ncols - col).min(8)) };
-            } else {
-                prev = [unsafe { *t.corr.add(row) }; 8];
+            if !t.corr.is_null() {
+                x = _mm256_add_epi32(x, _mm256_set1_epi32(unsafe { *t.corr.add(row) }));
             }
-            x = _mm256_add_epi32(x, unsafe { _mm256_loadu_si256(prev.as_ptr() as *const __m256i) });
+            let p = unsafe { t.c.add(row * t.ldc + col) };
             let mut out = [0i32; 8];
             unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, x) };
+            if t.corr.is_null() {
+                for (o, j) in out.iter_mut().zip(0..(t.ncols - col).min(8)) {
+                    *o = o.wrapping_add(unsafe { *p.add(j) });
+                }
+            }
             unsafe { store8(p, out, t.ncols - col) };
         }
     }
@@ -702,24 +703,24 @@ unsafe fn tile_q8(t: &TileQ8, rows: usize, isa: Isa) {
         // Integer and f32 accumulators share 16 ymm registers: one row takes
         // 32 columns at once, two rows 16.
         let nv = t.w / LANES;
-        let mut v = 0;
-        while v < nv {
-            if rows == 1 && nv - v >= 2 {
-                unsafe { kern_q8_avx2::<1, 2>(t, 0, v) };
-                v += 2;
-                continue;
-            }
-            let mut i = 0;
-            while i < rows {
-                if rows - i >= 2 {
-                    unsafe { kern_q8_avx2::<2, 1>(t, i, v) };
-                    i += 2;
+        if rows == 1 {
+            for v in (0..nv).step_by(2) {
+                if nv - v >= 2 {
+                    unsafe { kern_q8_avx2::<1, 2>(t, 0, v) };
                 } else {
-                    unsafe { kern_q8_avx2::<1, 1>(t, i, v) };
-                    i += 1;
+                    unsafe { kern_q8_avx2::<1, 1>(t, 0, v) };
                 }
             }
-            v += 1;
+            return;
+        }
+        for v in 0..nv {
+            for i in (0..rows).step_by(2) {
+                if rows - i >= 2 {
+                    unsafe { kern_q8_avx2::<2, 1>(t, i, v) };
+                } else {
+                    unsafe { kern_q8_avx2::<1, 1>(t, i, v) };
+                }
+            }
         }
         return;
     }
