@@ -1466,7 +1466,7 @@ int64_t enkai_safetensors_open(const char *path);
 
 /**
  * Frees a safetensors handle. Tensors got from it stay valid: each holds
- * its own mapping. Returns 0, or 1 with `E_HANDLE_*`.
+ * the mapping it views. Returns 0, or 1 with `E_HANDLE_*`.
  */
 int enkai_safetensors_free(int64_t st);
 
@@ -1499,10 +1499,12 @@ int enkai_safetensors_info(int64_t st, const char *name, char **out, size_t *out
  * Tensor `name` of `st` on device `dev` (a device handle), made by the
  * active backend, with the file's dtype and shape. On the CPU it is
  * zero-copy on both backends: the file's bytes in place, through a private
- * copy-on-write mapping of its own, so a write into it (an in-place op, an
- * optimizer step) lands on pages only that tensor and its views see: the
- * file and the other tensors got from it never change. It stays valid
- * after `enkai_safetensors_free`. A tensor whose bytes are not aligned to
+ * copy-on-write mapping (the file's one shared mapping for the first get of
+ * a name, a mapping of its own for a later one), so a write into it (an
+ * in-place op, an optimizer step) lands on pages only that tensor and its
+ * views see: the file and the other tensors got from it never change. It
+ * stays valid after `enkai_safetensors_free`; freeing it gives back the
+ * pages wholly its own. A tensor whose bytes are not aligned to
  * its element size (the reference writer always aligns them) and any
  * tensor on CUDA are copies. Returns a tensor handle owned by the caller,
  * or 0 with `E_NULL_POINTER`, `E_INVALID_ARG` (no such name), `E_DTYPE` (a

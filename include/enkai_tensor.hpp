@@ -798,7 +798,7 @@ struct TensorInfo {
 /// An open safetensors file (enkai_safetensors_open): memory-mapped, its
 /// whole header validated. Move-only, since the C ABI has no retain for
 /// this kind; the destructor frees the handle. Tensors got from it stay
-/// valid after it is gone (each holds its own mapping).
+/// valid after it is gone (each holds the mapping it views).
 ///
 ///   enkai::SafetensorsFile f("model.safetensors");
 ///   for (const std::string& name : f.names()) auto w = f.get(name, cpu);

@@ -8,6 +8,8 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use super::{header, header_len, parse_header, write_order, Layout, Spec, Tiling, MAX_HEADER};
 use crate::backend::imp;
@@ -27,6 +29,14 @@ pub struct SafeFile {
     layouts: Vec<Layout>,
     by_name: HashMap<String, usize>,
     metadata: BTreeMap<String, String>,
+    /// The data section, mapped once at the first `get` and shared by the
+    /// tensors read from it (a mapping per tensor cost an mmap and an munmap
+    /// each, most of a load's time); `None` when it could not be mapped.
+    shared: OnceLock<Option<Arc<Mapping>>>,
+    /// Per layout: already handed out as a view of `shared`. A second `get`
+    /// of the same name maps its own bytes, so that writes into one tensor
+    /// never show in another.
+    taken: Vec<AtomicBool>,
 }
 
 impl SafeFile {
@@ -39,10 +49,25 @@ impl SafeFile {
     }
 
     fn layout(&self, name: &str) -> Result<&Layout> {
+        self.index(name).map(|i| &self.layouts[i])
+    }
+
+    fn index(&self, name: &str) -> Result<usize> {
         match self.by_name.get(name) {
-            Some(&i) => Ok(&self.layouts[i]),
+            Some(&i) => Ok(i),
             None => crate::bail!(E_INVALID_ARG, "{}: no tensor named {name:?}", self.path),
         }
+    }
+
+    /// The whole data section, mapped privately on first use. Files whose
+    /// data section is empty, or larger than the address space, have none.
+    fn shared(&self) -> Option<&Arc<Mapping>> {
+        self.shared
+            .get_or_init(|| {
+                let len = usize::try_from(self.layouts.last()?.end).ok().filter(|&n| n > 0)?;
+                Mapping::new(&self.file, self.data_start, len).ok().map(Arc::new)
+            })
+            .as_ref()
     }
 }
 
@@ -83,7 +108,8 @@ pub fn open(path: &str) -> Result<i64> {
     let data_start = 8 + text.len() as u64;
     let (layouts, metadata) = parse_header(&text, len - data_start, Tiling::Exact, path)?;
     let by_name = layouts.iter().enumerate().map(|(i, l)| (l.name.clone(), i)).collect();
-    SAFETENSORS.insert(SafeFile { path: path.into(), file, data_start, layouts, by_name, metadata })
+    let taken = layouts.iter().map(|_| AtomicBool::new(false)).collect();
+    SAFETENSORS.insert(SafeFile { path: path.into(), file, data_start, layouts, by_name, metadata, shared: OnceLock::new(), taken })
 }
 
 /// The tensor names as a JSON array, in file (offset) order.
@@ -151,20 +177,54 @@ impl Drop for Mapping {
     }
 }
 
-/// The release callback of a tensor over a mapping: its storage died.
+// SAFETY: the mapping's bytes are only written through the tensors over
+// them, each over bytes of its own (`SafeFile::taken`); the pointer itself is
+// never changed after `new`.
+unsafe impl Sync for Mapping {}
+
+/// A tensor's bytes `[at, at + len)` within the shared mapping of its file.
+struct View {
+    map: Arc<Mapping>,
+    at: usize,
+    len: usize,
+}
+
+/// The release callback of a tensor over a mapping of its own: its storage died.
 unsafe extern "C" fn unmap(ctx: *mut c_void) {
     // SAFETY: `ctx` is the Box `get` leaked, released exactly once by the backend.
     drop(unsafe { Box::from_raw(ctx.cast::<Mapping>()) });
 }
 
+/// The release callback of a tensor over the shared mapping: the pages
+/// wholly its own are given back (a private mapping's written pages would
+/// otherwise stay until the last tensor of the file dies, and its read ones
+/// in the RSS), and the mapping is released with the last of them.
+unsafe extern "C" fn release_view(ctx: *mut c_void) {
+    // SAFETY: `ctx` is the Box `get` leaked, released exactly once by the backend.
+    let v = unsafe { Box::from_raw(ctx.cast::<View>()) };
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let start = v.map.data() as usize + v.at;
+    let (lo, hi) = (start.next_multiple_of(page), (start + v.len) / page * page);
+    if hi > lo {
+        // SAFETY: [lo, hi) lies within the mapping and holds only this
+        // tensor's bytes, which nothing reads after this release. On a
+        // private file mapping the pages revert to the file's contents.
+        unsafe { libc::madvise(lo as *mut c_void, hi - lo, libc::MADV_DONTNEED) };
+    }
+}
+
 /// Tensor `name` of file `st` on device `dev`, made by the active backend.
-/// On the CPU it is the file's bytes in place, through a private mapping of
-/// its own (see `Mapping`), alive as long as the tensor and its views, even
-/// after the file handle is freed. Bytes not aligned to the element size
-/// (a writer other than the reference's) and other devices get a copy.
+/// On the CPU it is the file's bytes in place, through a private mapping
+/// (see `Mapping`), alive as long as the tensor and its views, even after
+/// the file handle is freed: the first `get` of a name views the file's
+/// shared mapping, later ones map the bytes again. Bytes not aligned to the
+/// element size (a writer other than the reference's) and other devices get
+/// a copy.
 pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
     let f = SAFETENSORS.get(st)?;
-    let l = f.layout(name)?;
+    let i = f.index(name)?;
+    let l = &f.layouts[i];
     if let Some(meta) = f.quantized(name)? {
         return get_quantized(&f, l, &meta, dev);
     }
@@ -179,20 +239,41 @@ pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
     if now < f.data_start + l.end {
         crate::bail!(E_CKPT_FORMAT, "{}: the file shrank to {now} bytes since it was opened", f.path);
     }
-    let map = Mapping::new(&f.file, f.data_start + l.begin, len).map_err(|e| fsutil::io_err("map", Path::new(&f.path), e))?;
+    let own;
+    let (bytes, shared) = match f.shared() {
+        Some(m) => (&m.bytes()[l.begin as usize..][..len], Some(m)),
+        None => {
+            own = Mapping::new(&f.file, f.data_start + l.begin, len).map_err(|e| fsutil::io_err("map", Path::new(&f.path), e))?;
+            (own.bytes(), None)
+        }
+    };
     if dtype == DType::Bool {
-        if let Some(i) = map.bytes().iter().position(|&x| x > 1) {
-            crate::bail!(E_CKPT_FORMAT, "{}: tensor {name:?} has bool byte {i} = {} (must be 0 or 1)", f.path, map.bytes()[i]);
+        if let Some(i) = bytes.iter().position(|&x| x > 1) {
+            crate::bail!(E_CKPT_FORMAT, "{}: tensor {name:?} has bool byte {i} = {} (must be 0 or 1)", f.path, bytes[i]);
         }
     }
-    let raw = if d == Device::Cpu && map.data() as usize % dtype.size() == 0 {
-        let (data, strides) = (map.data(), crate::dlpack::contiguous_strides(&l.shape));
-        let ctx = Box::into_raw(Box::new(map)).cast();
-        // SAFETY: the mapping holds the tensor's extent until `unmap(ctx)`,
-        // which the backend runs exactly once, on failure too.
-        unsafe { imp::wrap_foreign(b, data, &l.shape, &strides, dtype, d, unmap, ctx)? }
-    } else {
-        imp::from_bytes(b, map.bytes(), &l.shape, dtype, d)?
+    if d != Device::Cpu || bytes.as_ptr() as usize % dtype.size() != 0 {
+        return tensor::register(b, imp::from_bytes(b, bytes, &l.shape, dtype, d)?);
+    }
+    let strides = crate::dlpack::contiguous_strides(&l.shape);
+    let raw = match shared {
+        Some(m) if !f.taken[i].swap(true, Ordering::AcqRel) => {
+            let data = bytes.as_ptr().cast_mut().cast();
+            let ctx = Box::into_raw(Box::new(View { map: Arc::clone(m), at: l.begin as usize, len })).cast();
+            // SAFETY: the view holds the shared mapping, and with it the
+            // tensor's extent, until `release_view(ctx)`, which the backend
+            // runs exactly once, on failure too; no other tensor views these
+            // bytes of it (`taken`).
+            unsafe { imp::wrap_foreign(b, data, &l.shape, &strides, dtype, d, release_view, ctx)? }
+        }
+        _ => {
+            let map = Mapping::new(&f.file, f.data_start + l.begin, len).map_err(|e| fsutil::io_err("map", Path::new(&f.path), e))?;
+            let data = map.data();
+            let ctx = Box::into_raw(Box::new(map)).cast();
+            // SAFETY: the mapping holds the tensor's extent until `unmap(ctx)`,
+            // which the backend runs exactly once, on failure too.
+            unsafe { imp::wrap_foreign(b, data, &l.shape, &strides, dtype, d, unmap, ctx)? }
+        }
     };
     tensor::register(b, raw)
 }

@@ -9,6 +9,7 @@
 
 pub mod file;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
@@ -224,29 +225,112 @@ impl<'de> Deserialize<'de> for RawHeader {
     }
 }
 
+/// A tensor entry of a well-formed header, read without building JSON
+/// values: `open` parses the whole header, and a checkpoint of thousands of
+/// tensors spent most of its open in the values' allocations. Anything this
+/// does not read (a field of the wrong type or repeated, a repeated name)
+/// goes through `RawHeader`, which says what is wrong.
+#[derive(serde::Deserialize)]
+struct Entry<'a> {
+    #[serde(borrow)]
+    dtype: Cow<'a, str>,
+    shape: Vec<u64>,
+    data_offsets: (u64, u64),
+}
+
+/// A well-formed header: its tensor entries in file order, and `__metadata__`.
+struct FastHeader<'a> {
+    tensors: Vec<(String, Entry<'a>)>,
+    metadata: Option<Meta>,
+}
+
+impl<'de> Deserialize<'de> for FastHeader<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FastHeader<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> std::result::Result<FastHeader<'de>, A::Error> {
+                let (mut h, mut seen_meta) = (FastHeader { tensors: Vec::new(), metadata: None }, false);
+                while let Some(k) = m.next_key::<String>()? {
+                    if k == "__metadata__" {
+                        if std::mem::replace(&mut seen_meta, true) {
+                            return Err(de::Error::custom("__metadata__ twice"));
+                        }
+                        h.metadata = m.next_value::<Option<Meta>>()?;
+                    } else {
+                        h.tensors.push((k, m.next_value()?));
+                    }
+                }
+                Ok(h)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// What a header entry says of a tensor: each field `None` when it is missing
+/// or not of its type.
+struct Parts<'a> {
+    name: String,
+    dtype: Option<Cow<'a, str>>,
+    shape: Option<Vec<i64>>,
+    offsets: Option<(u64, u64)>,
+}
+
+fn dims(shape: impl IntoIterator<Item = Option<u64>>) -> Option<Vec<i64>> {
+    shape.into_iter().map(|d| d.and_then(|d| i64::try_from(d).ok())).collect()
+}
+
+/// The entries of a header `FastHeader` reads (no name twice), or None.
+fn fast_parts(text: &str) -> Option<(Vec<Parts<'_>>, Option<Meta>)> {
+    let h: FastHeader = serde_json::from_str(text).ok()?;
+    let mut names: Vec<&str> = h.tensors.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return None;
+    }
+    let parts = h.tensors.into_iter().map(|(name, e)| Parts {
+        name,
+        dtype: Some(e.dtype),
+        shape: dims(e.shape.into_iter().map(Some)),
+        offsets: Some(e.data_offsets),
+    });
+    Some((parts.collect(), h.metadata))
+}
+
+/// The entries of any JSON object header, or the precise error.
+fn slow_parts(text: &str, bad: &dyn Fn(String) -> crate::Error) -> Result<(Vec<Parts<'static>>, Option<Meta>)> {
+    let raw: RawHeader = serde_json::from_str(text).map_err(|e| bad(format!("header is not a valid JSON object: {e}")))?;
+    let mut parts = Vec::with_capacity(raw.tensors.len());
+    for (name, v) in raw.tensors {
+        let obj = v.as_object().ok_or_else(|| bad(format!("tensor {name:?} is not an object")))?;
+        let dtype = obj.get("dtype").and_then(Value::as_str).map(|s| Cow::Owned(s.to_owned()));
+        let shape = obj.get("shape").and_then(Value::as_array).and_then(|a| dims(a.iter().map(Value::as_u64)));
+        let offsets = match obj.get("data_offsets").and_then(Value::as_array).map(|a| a.iter().map(Value::as_u64).collect::<Vec<_>>()) {
+            Some(o) if o.len() == 2 => o[0].zip(o[1]),
+            _ => None,
+        };
+        parts.push(Parts { name, dtype, shape, offsets });
+    }
+    Ok((parts, raw.metadata))
+}
+
 /// One header entry as a layout, its sizes checked with no arithmetic that can overflow.
-fn layout(name: String, v: &Value, data_len: u64, bad: &dyn Fn(String) -> crate::Error) -> Result<Layout> {
-    let obj = v.as_object().ok_or_else(|| bad(format!("tensor {name:?} is not an object")))?;
-    let dname = obj.get("dtype").and_then(Value::as_str).ok_or_else(|| bad(format!("tensor {name:?} has no dtype string")))?;
+fn layout(p: Parts, data_len: u64, bad: &dyn Fn(String) -> crate::Error) -> Result<Layout> {
+    let name = p.name;
+    let dname = p.dtype.ok_or_else(|| bad(format!("tensor {name:?} has no dtype string")))?;
     let format = DTYPES
         .iter()
         .find(|f| f.name == dname)
         .ok_or_else(|| bad(format!("tensor {name:?} has unsupported dtype {dname:?} (not one the format defines)")))?;
-    let shape: Vec<i64> = obj
-        .get("shape")
-        .and_then(Value::as_array)
-        .and_then(|a| a.iter().map(|d| d.as_u64().and_then(|d| i64::try_from(d).ok())).collect())
-        .ok_or_else(|| bad(format!("tensor {name:?} has no shape of non-negative integers")))?;
+    let shape = p.shape.ok_or_else(|| bad(format!("tensor {name:?} has no shape of non-negative integers")))?;
     if shape.len() > crate::json::MAX_DIMS {
         return Err(bad(format!("tensor {name:?} has {} dimensions, more than the limit of {}", shape.len(), crate::json::MAX_DIMS)));
     }
-    let offs: Vec<u64> = obj
-        .get("data_offsets")
-        .and_then(Value::as_array)
-        .and_then(|a| a.iter().map(Value::as_u64).collect())
-        .filter(|o: &Vec<u64>| o.len() == 2)
-        .ok_or_else(|| bad(format!("tensor {name:?} has no data_offsets [begin, end]")))?;
-    let (begin, end) = (offs[0], offs[1]);
+    let (begin, end) = p.offsets.ok_or_else(|| bad(format!("tensor {name:?} has no data_offsets [begin, end]")))?;
     if begin > end || end > data_len {
         return Err(bad(format!("tensor {name:?} spans bytes {begin}..{end} of a {data_len}-byte data section")));
     }
@@ -282,15 +366,18 @@ pub enum Tiling {
 pub fn parse_header(header: &[u8], data_len: u64, tiling: Tiling, what: &str) -> Result<(Vec<Layout>, BTreeMap<String, String>)> {
     let bad = |why: String| crate::err!(E_CKPT_FORMAT, "{what}: {why}");
     let text = std::str::from_utf8(header).map_err(|e| bad(format!("header is not UTF-8 (invalid byte at offset {})", e.valid_up_to())))?;
-    let raw: RawHeader = serde_json::from_str(text).map_err(|e| bad(format!("header is not a valid JSON object: {e}")))?;
+    let (parts, meta) = match fast_parts(text) {
+        Some(p) => p,
+        None => slow_parts(text, &bad)?,
+    };
     let mut metadata = BTreeMap::new();
-    for (k, v) in raw.metadata.map_or(Vec::new(), |m| m.0) {
+    for (k, v) in meta.map_or(Vec::new(), |m| m.0) {
         match v {
             Value::String(s) => drop(metadata.insert(k, s)),
             _ => return Err(bad(format!("metadata {k:?} is not a string"))),
         }
     }
-    let mut layouts = raw.tensors.into_iter().map(|(name, v)| layout(name, &v, data_len, &bad)).collect::<Result<Vec<_>>>()?;
+    let mut layouts = parts.into_iter().map(|p| layout(p, data_len, &bad)).collect::<Result<Vec<_>>>()?;
     layouts.sort_by_key(|l| (l.begin, l.end));
     let mut at = 0u64;
     for l in &layouts {
@@ -354,6 +441,20 @@ mod tests {
         let l = parse(ok, 3).unwrap();
         assert_eq!(l.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), ["e", "f", "g"]);
         assert_eq!(l[1].dtype().err().unwrap().code, crate::Code::E_DTYPE);
+    }
+
+    #[test]
+    fn well_formed_headers_take_the_fast_parse_and_others_the_general_one() {
+        let e = Spec { name: "w.0".into(), dtype: DType::BF16, shape: vec![3, 2], nbytes: 12 };
+        let bytes = header(&[e], &BTreeMap::from([("format".to_string(), "pt".to_string())]));
+        assert!(fast_parts(std::str::from_utf8(&bytes[8..]).unwrap()).is_some());
+        // A repeated field: serde_json's maps keep the last, and so does the general parse.
+        let rep = r#"{"x":{"dtype":"U8","dtype":"F32","shape":[1],"data_offsets":[0,4]},"y":{"dtype":"U8","shape":[2],"data_offsets":[4,6],"extra":1}}"#;
+        assert!(fast_parts(rep).is_none());
+        let l = parse(rep, 6).unwrap();
+        assert_eq!((l[0].format.name, l[1].format.name, l[1].begin), ("F32", "U8", 4));
+        let twice = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#;
+        assert!(fast_parts(twice).is_none());
     }
 
     #[test]

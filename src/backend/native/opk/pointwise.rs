@@ -11,6 +11,7 @@ use super::super::fused::Real;
 use super::super::kernels::map_into;
 use super::super::ops::convert;
 use super::super::par;
+use super::super::simd::multiversion;
 use super::super::tensor::Raw;
 use super::{input, Kernel};
 use crate::dtype::DType;
@@ -59,13 +60,25 @@ fn backward<U: UnaryFn>(u: U, g: &Raw, x: &Raw, y: &Raw, dt: DType, p: &[f64]) -
         let po = super::super::kernels::Ptr(o.as_mut_ptr());
         par::for_each(n.div_ceil(step), &|i| {
             let (lo, hi) = (i * step, n.min((i + 1) * step));
-            for k in lo..hi {
-                // SAFETY: each task writes its own range of `out`.
-                unsafe { *po.at(k as isize) = T::down(u.df::<R>(gs[k].up(), xs[k].up(), ys[k].up(), &pr)) };
-            }
+            // SAFETY: each task writes its own range of `out`, inside its length.
+            let o = unsafe { std::slice::from_raw_parts_mut(po.at(lo as isize), hi - lo) };
+            df_run::<U, T>(u, o, &gs[lo..hi], &xs[lo..hi], &ys[lo..hi], &pr);
         });
     }, _ => crate::bail!(E_DTYPE, "gradient of dtype {}", dt.name()));
     Ok(out)
+}
+
+// The backward formula over a contiguous range, compiled for each SIMD level.
+// A generic function rather than a closure handed to a shared loop: LLVM
+// declined to inline a closure as large as GELU's (erf and exp polynomials)
+// and called it once per element in scalar code.
+multiversion!(fn df_run<U: UnaryFn, T: FloatElem>(u: U, o: &mut [T], g: &[T], x: &[T], y: &[T], p: &[<T as FloatElem>::Real]) => df_loop);
+
+#[inline(always)]
+fn df_loop<U: UnaryFn, T: FloatElem>(u: U, o: &mut [T], g: &[T], x: &[T], y: &[T], p: &[<T as FloatElem>::Real]) {
+    for (o, ((g, x), y)) in o.iter_mut().zip(g.iter().zip(x).zip(y)) {
+        *o = T::down(u.df(g.up(), x.up(), y.up(), p));
+    }
 }
 
 /// Runs `u` on input 0 with result dtype `call.out_dtype`, recording its backward.
@@ -197,7 +210,7 @@ unary!(celu, "EluBackward0", ["alpha"], |x, p| if x > T::zero() { x } else { p[0
 });
 unary!(gelu_none, "GeluBackward0", [], |x, p| x * c::<T>(0.5) * (T::one() + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf()), |g, x, y, p| {
     let cdf = c::<T>(0.5) * (T::one() + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf());
-    let pdf = (c::<T>(-0.5) * x * x).exp() * c::<T>(0.3989422804014327);
+    let pdf = (c::<T>(-0.5) * x * x).vexp() * c::<T>(0.3989422804014327);
     g * (cdf + x * pdf)
 });
 unary!(gelu_tanh, "GeluBackward0", [], |x, p| {
