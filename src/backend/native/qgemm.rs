@@ -701,15 +701,13 @@ unsafe fn tile_q8(t: &TileQ8, rows: usize, isa: Isa) {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
         // Integer and f32 accumulators share 16 ymm registers: one row takes
-        // 32 columns at once, two rows 16.
+        // a whole panel at once (its f32 sums in memory), two rows 16 columns.
         let nv = t.w / LANES;
         if rows == 1 {
-            for v in (0..nv).step_by(2) {
-                if nv - v >= 2 {
-                    unsafe { kern_q8_avx2::<1, 2>(t, 0, v) };
-                } else {
-                    unsafe { kern_q8_avx2::<1, 1>(t, 0, v) };
-                }
+            match nv {
+                3 => unsafe { kern_q8_avx2::<1, 3>(t, 0, 0) },
+                2 => unsafe { kern_q8_avx2::<1, 2>(t, 0, 0) },
+                _ => unsafe { kern_q8_avx2::<1, 1>(t, 0, 0) },
             }
             return;
         }
@@ -830,8 +828,16 @@ unsafe fn kern_q8<const R: usize, const V: usize>(t: &TileQ8) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kern_q8_avx2<const R: usize, const V: usize>(t: &TileQ8, i0: usize, v0: usize) {
     // f32 sums per 8 columns, and each block's i32 sums per 4 columns × 2 lanes.
-    let mut facc = [[_mm256_setzero_ps(); 4]; R];
-    let mut iacc = [[_mm256_setzero_si256(); 8]; R];
+    let mut facc = [[_mm256_setzero_ps(); 6]; R];
+    let mut iacc = [[_mm256_setzero_si256(); 12]; R];
+    // One row over a whole panel (V = 3): its 12 i32 sums, a B vector and
+    // the A broadcast fill 14 of the 16 registers, so its 6 f32 sums live in
+    // memory, read and written once a block (32 k), not in the k loop;
+    // `black_box` hides where the pointer points, so the compiler keeps them
+    // there rather than choosing what to spill.
+    let spill = R == 1 && V == 3;
+    let mut fmem = [0f32; 48];
+    let fm = std::hint::black_box(fmem.as_mut_ptr());
     let mut a = unsafe { (t.a as *const i16).add(i0 * 4) };
     let mut b = unsafe { t.b.add(v0 * 64) };
     for blk in 0..t.nbl {
@@ -841,7 +847,7 @@ unsafe fn kern_q8_avx2<const R: usize, const V: usize>(t: &TileQ8, i0: usize, v0
             }
         }
         for _ in 0..QK / 4 {
-            unsafe { madd_k4::<R, V, 8>(&mut iacc, a, b) };
+            unsafe { madd_k4::<R, V, 12>(&mut iacc, a, b) };
             a = unsafe { a.add(MRQ * 4) };
             b = unsafe { b.add(t.w * 4) };
         }
@@ -853,7 +859,12 @@ unsafe fn kern_q8_avx2<const R: usize, const V: usize>(t: &TileQ8, i0: usize, v0
                 let dot = _mm256_add_epi32(corr, unsafe { columns8(iacc[i][2 * h], iacc[i][2 * h + 1]) });
                 let sb = unsafe { _mm256_loadu_ps(t.sb.add(blk * t.w + v0 * LANES + h * 8)) };
                 let d = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), sb);
-                facc[i][h] = _mm256_fmadd_ps(d, sa, facc[i][h]);
+                if spill {
+                    let f = unsafe { fm.add(h * 8) };
+                    unsafe { _mm256_storeu_ps(f, _mm256_fmadd_ps(d, sa, _mm256_loadu_ps(f))) };
+                } else {
+                    facc[i][h] = _mm256_fmadd_ps(d, sa, facc[i][h]);
+                }
             }
         }
     }
@@ -865,7 +876,8 @@ unsafe fn kern_q8_avx2<const R: usize, const V: usize>(t: &TileQ8, i0: usize, v0
             }
             let p = unsafe { t.c.add((i0 + i) * t.ldc + col) };
             let mut out = [0f32; 8];
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), facc[i][h]) };
+            let sum = if spill { unsafe { _mm256_loadu_ps(fm.add(h * 8)) } } else { facc[i][h] };
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sum) };
             if !t.first {
                 for (o, j) in out.iter_mut().zip(0..(t.ncols - col).min(8)) {
                     *o += unsafe { *p.add(j) };
