@@ -131,6 +131,11 @@ pub fn metadata(st: i64) -> Result<String> {
     Ok(serde_json::Value::Object(f.metadata.iter().map(|(k, v)| (k.clone(), v.as_str().into())).collect()).to_string())
 }
 
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize
+}
+
 /// A private, copy-on-write mapping of bytes `[at, at + len)` of a file:
 /// writes land on pages of its own, so neither the file nor any other
 /// mapping of it ever sees them.
@@ -146,8 +151,7 @@ unsafe impl Send for Mapping {}
 
 impl Mapping {
     fn new(file: &File, at: u64, len: usize) -> std::io::Result<Mapping> {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+        let page = page_size() as u64;
         let skip = (at % page) as usize;
         let (size, offset) = (skip + len, libc::off_t::try_from(at - skip as u64).map_err(std::io::Error::other)?);
         let prot = libc::PROT_READ | libc::PROT_WRITE;
@@ -182,6 +186,13 @@ impl Drop for Mapping {
 // never changed after `new`.
 unsafe impl Sync for Mapping {}
 
+/// Where `get` reads a tensor's bytes from: its file's shared mapping, or a
+/// mapping of their own when the file has none.
+enum Mapped<'a> {
+    Shared(&'a Arc<Mapping>),
+    Own(Mapping),
+}
+
 /// A tensor's bytes `[at, at + len)` within the shared mapping of its file.
 struct View {
     map: Arc<Mapping>,
@@ -202,8 +213,7 @@ unsafe extern "C" fn unmap(ctx: *mut c_void) {
 unsafe extern "C" fn release_view(ctx: *mut c_void) {
     // SAFETY: `ctx` is the Box `get` leaked, released exactly once by the backend.
     let v = unsafe { Box::from_raw(ctx.cast::<View>()) };
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let page = page_size();
     let start = v.map.data() as usize + v.at;
     let (lo, hi) = (start.next_multiple_of(page), (start + v.len) / page * page);
     if hi > lo {
@@ -239,13 +249,14 @@ pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
     if now < f.data_start + l.end {
         crate::bail!(E_CKPT_FORMAT, "{}: the file shrank to {now} bytes since it was opened", f.path);
     }
-    let own;
-    let (bytes, shared) = match f.shared() {
-        Some(m) => (&m.bytes()[l.begin as usize..][..len], Some(m)),
-        None => {
-            own = Mapping::new(&f.file, f.data_start + l.begin, len).map_err(|e| fsutil::io_err("map", Path::new(&f.path), e))?;
-            (own.bytes(), None)
-        }
+    let map_own = || Mapping::new(&f.file, f.data_start + l.begin, len).map_err(|e| fsutil::io_err("map", Path::new(&f.path), e));
+    let src = match f.shared() {
+        Some(m) => Mapped::Shared(m),
+        None => Mapped::Own(map_own()?),
+    };
+    let bytes = match &src {
+        Mapped::Shared(m) => &m.bytes()[l.begin as usize..][..len],
+        Mapped::Own(m) => m.bytes(),
     };
     if dtype == DType::Bool {
         if let Some(i) = bytes.iter().position(|&x| x > 1) {
@@ -255,10 +266,9 @@ pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
     if d != Device::Cpu || bytes.as_ptr() as usize % dtype.size() != 0 {
         return tensor::register(b, imp::from_bytes(b, bytes, &l.shape, dtype, d)?);
     }
-    let strides = crate::dlpack::contiguous_strides(&l.shape);
-    let raw = match shared {
-        Some(m) if !f.taken[i].swap(true, Ordering::AcqRel) => {
-            let data = bytes.as_ptr().cast_mut().cast();
+    let (data, strides) = (bytes.as_ptr().cast_mut().cast(), crate::dlpack::contiguous_strides(&l.shape));
+    let raw = match src {
+        Mapped::Shared(m) if !f.taken[i].swap(true, Ordering::AcqRel) => {
             let ctx = Box::into_raw(Box::new(View { map: Arc::clone(m), at: l.begin as usize, len })).cast();
             // SAFETY: the view holds the shared mapping, and with it the
             // tensor's extent, until `release_view(ctx)`, which the backend
@@ -266,8 +276,13 @@ pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
             // bytes of it (`taken`).
             unsafe { imp::wrap_foreign(b, data, &l.shape, &strides, dtype, d, release_view, ctx)? }
         }
-        _ => {
-            let map = Mapping::new(&f.file, f.data_start + l.begin, len).map_err(|e| fsutil::io_err("map", Path::new(&f.path), e))?;
+        src => {
+            // The bytes' own mapping: the one already made, or, when the
+            // shared one already lends them to a tensor, a new one.
+            let map = match src {
+                Mapped::Own(m) => m,
+                Mapped::Shared(_) => map_own()?,
+            };
             let data = map.data();
             let ctx = Box::into_raw(Box::new(map)).cast();
             // SAFETY: the mapping holds the tensor's extent until `unmap(ctx)`,
