@@ -84,8 +84,8 @@ notorch-build:
 
 notorch-test: notorch-build $(NOTORCH_TESTS) build/capi/fuzz build/capi/stress
 	@if ldd $(NOTORCH) | grep -i torch; then echo "libtorch in the libtorch-free build"; exit 1; fi
-	@for t in $(NOTORCH_TESTS); do echo "== $$t (libtorch-free, valgrind)"; \
-	  LD_LIBRARY_PATH=$(CURDIR)/$(NOTORCH_DIR) $(VALGRIND) $$t $(CURDIR)/$(NOTORCH); done
+	@bash scripts/parallel.sh $(foreach t,$(NOTORCH_TESTS),'echo "== $t (libtorch-free, valgrind)"; \
+	  LD_LIBRARY_PATH=$(CURDIR)/$(NOTORCH_DIR) $(VALGRIND) $t $(CURDIR)/$(NOTORCH)')
 	LD_LIBRARY_PATH=$(CURDIR)/$(NOTORCH_DIR) build/capi/stress
 	LD_LIBRARY_PATH=$(CURDIR)/$(NOTORCH_DIR) build/capi/fuzz 100000 $(FUZZ_SEED)
 
@@ -122,10 +122,14 @@ build/examples/%: examples-cpp/%.cpp include/enkai_tensor.hpp include/enkai_tens
 # runs a long one with a fresh seed) and the 8-thread stress test.
 FUZZ_CALLS ?= 200000
 FUZZ_SEED ?= 20261122
+# The valgrind runs go two at a time (scripts/parallel.sh says why), the
+# longest two first.
 capi-test: build $(CAPI_TESTS) build/capi/fuzz build/capi/stress
-	@for t in $(CAPI_TESTS); do echo "== $$t (valgrind)"; $(VALGRIND) $$t $(CURDIR)/$(LIB); done
-	@echo "== build/capi/test_client_loop (ENKAI_BACKEND=cpu, valgrind)"
-	ENKAI_BACKEND=cpu $(VALGRIND) build/capi/test_client_loop $(CURDIR)/$(LIB)
+	@bash scripts/parallel.sh \
+	  'echo "== build/capi/test_client_loop (valgrind)"; $(VALGRIND) build/capi/test_client_loop $(CURDIR)/$(LIB)' \
+	  'echo "== build/capi/test_client_loop (ENKAI_BACKEND=cpu, valgrind)"; \
+	   ENKAI_BACKEND=cpu $(VALGRIND) build/capi/test_client_loop $(CURDIR)/$(LIB)' \
+	  $(foreach t,$(filter-out build/capi/test_client_loop,$(CAPI_TESTS)),'echo "== $t (valgrind)"; $(VALGRIND) $t $(CURDIR)/$(LIB)')
 	build/capi/fuzz $(FUZZ_CALLS) $(FUZZ_SEED)
 	build/capi/stress
 

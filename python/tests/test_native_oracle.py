@@ -386,9 +386,13 @@ def test_matmul(dtype):
 
 
 # Products large enough to be split across the pool: by output columns, by
-# rows (tall and narrow), one product per batch entry, a batch folded into rows.
+# rows (tall and narrow), one product per batch entry, a batch folded into
+# rows; and the matrix-vector products of batch-1 decoding (one output row or
+# column), with the weight's rows as the inputs or as the outputs.
 MATMUL_LARGE = [((130, 257), "contig", (257, 190), "T"), ((600, 70), "T", (70, 40), "step"),
-                ((6, 50, 64), "contig", (6, 64, 48), "T"), ((3, 100, 64), "step", (64, 130), "contig")]
+                ((6, 50, 64), "contig", (6, 64, 48), "T"), ((3, 100, 64), "step", (64, 130), "contig"),
+                ((1, 1, 300), "contig", (300, 2100), "contig"), ((1, 301), "step", (301, 700), "T"),
+                ((700, 300), "T", (300, 1), "step"), ((650, 129), "contig", (129,), "contig")]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -93,7 +93,7 @@ unsafe fn gemm_one<T: Elem>(
     use std::any::TypeId;
     let t = TypeId::of::<T>();
     if t == TypeId::of::<f32>() {
-        return real_gemm::<f32>(m, n, k, dst.cast(), ld, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs, work);
+        return f32_gemm(m, n, k, dst.cast(), ld, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs, work);
     }
     if t == TypeId::of::<f64>() {
         return real_gemm::<f64>(m, n, k, dst.cast(), ld, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs, work);
@@ -121,7 +121,7 @@ unsafe fn gemm_one<T: Elem>(
         };
         let (wa, wb) = (widen(a, a_rs, a_cs, m, k), widen(b, b_rs, b_cs, k, n));
         let mut wd = vec![0f32; m * n];
-        real_gemm::<f32>(m, n, k, wd.as_mut_ptr(), n as isize, wa.as_ptr(), k as isize, 1, wb.as_ptr(), n as isize, 1, work);
+        f32_gemm(m, n, k, wd.as_mut_ptr(), n as isize, wa.as_ptr(), k as isize, 1, wb.as_ptr(), n as isize, 1, work);
         for i in 0..m {
             for j in 0..n {
                 *dst.offset(i as isize * ld + j as isize) = super::elem::cast::<f32, T>(wd[i * n + j]);
@@ -171,6 +171,29 @@ unsafe fn bf16_gemm(
         for j in 0..n {
             *dst.offset(i as isize * ld + j as isize) = super::elem::bf16_from_f32(c[i * n + j]);
         }
+    }
+}
+
+/// fp32: a product with one output row or column is a matrix-vector
+/// product (`gemv`), anything else a GEMM.
+///
+/// # Safety
+/// As `gemm_one`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_gemm(
+    m: usize, n: usize, k: usize,
+    dst: *mut f32, ld: isize,
+    a: *const f32, a_rs: isize, a_cs: isize,
+    b: *const f32, b_rs: isize, b_cs: isize,
+    work: usize,
+) {
+    use super::gemv::gemv;
+    // One row: y = a[0, :] · b. One column: yᵀ = b[:, 0]ᵀ · aᵀ, the output's column down `ld`.
+    let done = k > 0
+        && ((m == 1 && gemv(n, k, dst, 1, a, a_cs, b, b_rs, b_cs, work))
+            || (n == 1 && gemv(m, k, dst, ld, b, b_rs, a, a_cs, a_rs, work)));
+    if !done {
+        real_gemm::<f32>(m, n, k, dst, ld, a, a_rs, a_cs, b, b_rs, b_cs, work);
     }
 }
 

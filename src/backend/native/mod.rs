@@ -8,6 +8,7 @@ pub mod autocast;
 mod autograd;
 pub mod elem;
 pub mod fused;
+mod gemv;
 mod kernels;
 mod lm;
 mod matmul;
