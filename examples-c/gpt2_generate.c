@@ -1,7 +1,8 @@
 /* gpt2_generate: loads a Hugging Face GPT-2 checkpoint (config.json and
  * model.safetensors, as transformers' save_pretrained writes them) and
  * generates tokens with a KV cache: the prompt in one pass, then one token
- * per step. Greedy by default, or sampling: top-k, top-p (nucleus) or both.
+ * per step. The cache is allocated once per layer at the length the run
+ * needs, and each step writes its keys and values into it in place. Greedy by default, or sampling: top-k, top-p (nucleus) or both.
  *
  *   gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P]
  *                 [--temperature T] [--seed S] [--device D] [--print-logits]
@@ -51,7 +52,7 @@ static Config read_config(const char *path) {
 
 typedef struct {
     int64_t ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
-    int64_t k, v; /* the cache: [1, heads, past, head_dim], 0 before the prompt */
+    int64_t k, v; /* the cache: [1, heads, capacity, head_dim] (cache_put) */
 } Layer;
 
 typedef struct {
@@ -120,17 +121,18 @@ static int64_t heads(const Model *m, int64_t x, int64_t T) {
     return then(r, must(enkai_tensor_transpose(r, 1, 2), "transpose"));
 }
 
-/* Appends this step's keys or values to a layer's cache along the sequence. */
-static void append(int64_t *cache, int64_t x) {
-    if (!*cache) {
-        *cache = x;
-        return;
+/* Allocates every layer's key and value caches for `cap` positions, in the weights' dtype. */
+static void alloc_caches(Model *m, int64_t cap, int64_t dev) {
+    char *dtype;
+    size_t len;
+    if (enkai_tensor_dtype(m->wte, &dtype, &len)) fail("dtype");
+    char shape[96];
+    snprintf(shape, sizeof shape, "[1,%lld,%lld,%lld]", (long long)m->H, (long long)cap, (long long)(m->C / m->H));
+    for (int64_t i = 0; i < m->L; i++) {
+        m->layer[i].k = must(enkai_tensor_zeros(shape, dtype, dev), "zeros");
+        m->layer[i].v = must(enkai_tensor_zeros(shape, dtype, dev), "zeros");
     }
-    char list[64];
-    snprintf(list, sizeof list, "[%lld,%lld]", (long long)*cache, (long long)x);
-    int64_t cat = must(enkai_tensor_concat(list, 2), "concat");
-    drop(x);
-    *cache = then(*cache, cat);
+    enkai_tensor_string_free(dtype);
 }
 
 /* The positions past..past+T-1 of ids [1, T]: returns the final hidden state
@@ -174,17 +176,20 @@ static int64_t forward(Model *m, const uint32_t *ids, int64_t T, int64_t past, i
         int64_t v = must(enkai_tensor_slice(qkv, -1, 2 * m->C, 3 * m->C, 1), "slice");
         drop(qkv);
         q = then(q, heads(m, q, T));
-        append(&l->k, then(k, heads(m, k, T)));
-        append(&l->v, then(v, heads(m, v, T)));
+        int64_t keys = cache_put(l->k, heads(m, k, T), past, T);
+        int64_t values = cache_put(l->v, heads(m, v, T), past, T);
+        drop(k);
+        drop(v);
 
-        int64_t kt = must(enkai_tensor_transpose(l->k, -2, -1), "transpose");
+        int64_t kt = then(keys, must(enkai_tensor_transpose(keys, -2, -1), "transpose"));
         int64_t s = must(enkai_tensor_matmul(q, kt), "matmul");
         drop(kt);
         drop(q);
         s = then(s, op("mul", &s, 1, scale));
         if (mask) s = then(s, op("masked_fill", (int64_t[]){s, mask}, 2, "{\"value\": -Infinity}"));
         s = then(s, must(enkai_tensor_softmax(s, -1), "softmax"));
-        int64_t o = then(s, must(enkai_tensor_matmul(s, l->v), "matmul"));
+        int64_t o = then(s, must(enkai_tensor_matmul(s, values), "matmul"));
+        drop(values);
         o = then(o, must(enkai_tensor_transpose(o, 1, 2), "transpose"));
         o = then(o, must(enkai_tensor_reshape(o, flat), "reshape"));
         o = then(o, must(enkai_tensor_linear(o, l->proj_w, l->proj_b), "linear"));
@@ -242,6 +247,8 @@ int main(int argc, char **argv) {
                 (long long)m.P);
         return 1;
     }
+
+    alloc_caches(&m, (int64_t)(T + (size_t)n_new), dev);
 
     /* The prompt in one pass; then each new token alone, over the cache. */
     double t0 = now(), t1 = t0;

@@ -216,22 +216,6 @@ static int64_t rotate(const Model *m, int64_t x, int64_t cos, int64_t sin_signed
     return out;
 }
 
-/* `length` positions of `t` along `dim` from `start` (a view). */
-static int64_t narrow(int64_t t, int dim, int64_t start, int64_t length) {
-    char kw[96];
-    snprintf(kw, sizeof kw, "{\"dim\": %d, \"start\": %lld, \"length\": %lld}", dim, (long long)start, (long long)length);
-    return op("narrow", &t, 1, kw);
-}
-
-/* Writes x into the cache's positions past..past+T-1 in place; returns the filled part. */
-static int64_t cache_put(int64_t cache, int64_t x, int64_t past, int64_t T) {
-    int64_t slot = narrow(cache, 2, past, T);
-    int64_t in[] = {slot, x};
-    drop(then(slot, op("copy_", in, 2, NULL)));
-    drop(x);
-    return narrow(cache, 2, 0, past + T);
-}
-
 /* The positions past..past+T-1 of ids: returns the final hidden state
  * after the last norm, [1, T, C], and leaves the keys and values in the caches. */
 static int64_t forward(Model *m, const uint32_t *ids, int64_t T, int64_t past, int64_t dev) {
