@@ -62,14 +62,6 @@ typedef struct {
     Layer *layer;
 } Model;
 
-static int64_t get(int64_t st, const char *prefix, const char *name, int64_t dev) {
-    char full[256];
-    snprintf(full, sizeof full, "%s%s", prefix, name);
-    int64_t t = enkai_safetensors_get(st, full, dev);
-    if (!t) fail(full);
-    return t;
-}
-
 static Model load(const char *dir, int64_t dev) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);

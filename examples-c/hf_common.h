@@ -45,8 +45,17 @@ static int64_t then(int64_t old, int64_t next) {
     return next;
 }
 
+/* The tensor `prefix` + `name` of an open safetensors file, or exit naming it. */
+MAYBE_UNUSED static int64_t get(int64_t st, const char *prefix, const char *name, int64_t dev) {
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    int64_t t = enkai_safetensors_get(st, full, dev);
+    if (!t) fail(full);
+    return t;
+}
+
 /* `length` positions of `t` along `dim` from `start` (a view). */
-static int64_t narrow(int64_t t, int dim, int64_t start, int64_t length) {
+MAYBE_UNUSED static int64_t narrow(int64_t t, int dim, int64_t start, int64_t length) {
     char kw[96];
     snprintf(kw, sizeof kw, "{\"dim\": %d, \"start\": %lld, \"length\": %lld}", dim, (long long)start, (long long)length);
     return op("narrow", &t, 1, kw);
@@ -55,7 +64,7 @@ static int64_t narrow(int64_t t, int dim, int64_t start, int64_t length) {
 /* The KV cache, [1, heads, capacity, head_dim], allocated once: writes x
  * ([1, heads, T, head_dim], freed) into positions past..past+T-1 in place
  * and returns the filled part, a view. No step copies the whole cache. */
-static int64_t cache_put(int64_t cache, int64_t x, int64_t past, int64_t T) {
+MAYBE_UNUSED static int64_t cache_put(int64_t cache, int64_t x, int64_t past, int64_t T) {
     int64_t slot = narrow(cache, 2, past, T);
     int64_t in[] = {slot, x};
     drop(then(slot, op("copy_", in, 2, NULL)));

@@ -66,14 +66,6 @@ typedef struct {
     char rms_kw[96];
 } Model;
 
-static int64_t get(int64_t st, const char *prefix, const char *name, int64_t dev) {
-    char full[256];
-    snprintf(full, sizeof full, "%s%s", prefix, name);
-    int64_t t = enkai_safetensors_get(st, full, dev);
-    if (!t) fail(full);
-    return t;
-}
-
 static int has(const char *names, const char *name) {
     char quoted[256];
     snprintf(quoted, sizeof quoted, "\"%s\"", name);
