@@ -2,7 +2,8 @@
  * model.safetensors, as transformers' save_pretrained writes them) and
  * generates tokens with a KV cache: the prompt in one pass, then one token
  * per step. The cache is allocated once per layer at the length the run
- * needs, and each step writes its keys and values into it in place. Greedy by default, or sampling: top-k, top-p (nucleus) or both.
+ * needs, and each step writes its keys and values into it in place. Greedy
+ * by default, or sampling: top-k, top-p (nucleus) or both.
  *
  *   gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P]
  *                 [--temperature T] [--seed S] [--device D] [--print-logits]

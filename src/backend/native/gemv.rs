@@ -31,7 +31,9 @@ pub unsafe fn gemv(n: usize, k: usize, y: *mut f32, ys: isize, x: *const f32, xs
         if level() < Level::Avx2 || (ks != 1 && ns != 1) || n == 0 || k == 0 {
             return false;
         }
-        let xv: Vec<f32> = (0..k).map(|p| *x.offset(p as isize * xs)).collect();
+        // The loops read `x` contiguous: a strided one is gathered first.
+        let gathered: Vec<f32> = if xs == 1 { Vec::new() } else { (0..k).map(|p| *x.offset(p as isize * xs)).collect() };
+        let x = if xs == 1 { x } else { gathered.as_ptr() };
         let mut staged = Vec::new();
         let out = if ys == 1 {
             y
@@ -44,7 +46,7 @@ pub unsafe fn gemv(n: usize, k: usize, y: *mut f32, ys: isize, x: *const f32, xs
         // lines long) or of whole groups of four rows.
         let align = if ks == 1 { avx2::ROWS } else { 64 };
         let step = n.div_ceil(threads).next_multiple_of(align);
-        let (o, xp, wp) = (Ptr(out), Ptr(xv.as_ptr() as *mut f32), Ptr(w as *mut f32));
+        let (o, xp, wp) = (Ptr(out), Ptr(x as *mut f32), Ptr(w as *mut f32));
         par::for_each(n.div_ceil(step), &|i| {
             let (o, xp, wp) = (o, xp, wp);
             let (lo, hi) = (i * step, n.min((i + 1) * step));
@@ -75,7 +77,7 @@ pub unsafe fn gemv(n: usize, k: usize, y: *mut f32, ys: isize, x: *const f32, xs
 mod avx2 {
     use std::arch::x86_64::*;
 
-    /// Rows of `w` per pass of the dot form.
+    /// Weight rows per pass, in either form.
     pub const ROWS: usize = 4;
     /// Columns of `y` kept in L1 while the axpy form runs down the rows.
     const CHUNK: usize = 2048;
@@ -136,7 +138,7 @@ mod avx2 {
 
     /// `y[..n] = Σ_p x[p] · w[p·ks ..][..n]`: the weight's rows are the
     /// inputs (GPT-2's Conv1D `[in, out]`, `x @ w`). `y` is summed in place,
-    /// four rows at a time, each in the order of `p`.
+    /// four rows at a time, each column in the order of `p`.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn axpys(k: usize, n: usize, y: *mut f32, x: *const f32, w: *const f32, ks: isize) {
         let mut c0 = 0;
@@ -145,36 +147,40 @@ mod avx2 {
             let (y, w) = (y.add(c0), w.add(c0));
             std::ptr::write_bytes(y, 0, cl);
             let mut p = 0;
+            while p + ROWS <= k {
+                add_rows::<ROWS>(cl, y, x.add(p), w.offset(p as isize * ks), ks);
+                p += ROWS;
+            }
             while p < k {
-                let r = 4.min(k - p);
-                let row: [*const f32; 4] = std::array::from_fn(|i| w.offset((p + i.min(r - 1)) as isize * ks));
-                let xs: [f32; 4] = std::array::from_fn(|i| if i < r { *x.add(p + i) } else { 0.0 });
-                let xb: [__m256; 4] = std::array::from_fn(|i| _mm256_set1_ps(xs[i]));
-                let mut j = 0;
-                while j + 8 <= cl {
-                    let mut acc = _mm256_loadu_ps(y.add(j));
-                    if r == 4 {
-                        for i in 0..4 {
-                            acc = _mm256_fmadd_ps(xb[i], _mm256_loadu_ps(row[i].add(j)), acc);
-                        }
-                    } else {
-                        for i in 0..r {
-                            acc = _mm256_fmadd_ps(xb[i], _mm256_loadu_ps(row[i].add(j)), acc);
-                        }
-                    }
-                    _mm256_storeu_ps(y.add(j), acc);
-                    j += 8;
-                }
-                for jj in j..cl {
-                    let mut s = *y.add(jj);
-                    for i in 0..r {
-                        s = xs[i].mul_add(*row[i].add(jj), s);
-                    }
-                    *y.add(jj) = s;
-                }
-                p += r;
+                add_rows::<1>(cl, y, x.add(p), w.offset(p as isize * ks), ks);
+                p += 1;
             }
             c0 += cl;
+        }
+    }
+
+    /// `y[..n] += Σ_{i<R} x[i] · w[i·ks ..][..n]`, each column's terms added
+    /// one after the other: the same bits as `R` passes of one row.
+    #[inline(always)]
+    unsafe fn add_rows<const R: usize>(n: usize, y: *mut f32, x: *const f32, w: *const f32, ks: isize) {
+        let row: [*const f32; R] = std::array::from_fn(|i| w.offset(i as isize * ks));
+        let xs: [f32; R] = std::array::from_fn(|i| *x.add(i));
+        let xb: [__m256; R] = std::array::from_fn(|i| _mm256_set1_ps(xs[i]));
+        let mut j = 0;
+        while j + 8 <= n {
+            let mut acc = _mm256_loadu_ps(y.add(j));
+            for i in 0..R {
+                acc = _mm256_fmadd_ps(xb[i], _mm256_loadu_ps(row[i].add(j)), acc);
+            }
+            _mm256_storeu_ps(y.add(j), acc);
+            j += 8;
+        }
+        for j in j..n {
+            let mut s = *y.add(j);
+            for i in 0..R {
+                s = xs[i].mul_add(*row[i].add(j), s);
+            }
+            *y.add(j) = s;
         }
     }
 }
