@@ -6,7 +6,7 @@
  * by default, or sampling: top-k, top-p (nucleus) or both.
  *
  *   gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P]
- *                 [--temperature T] [--seed S] [--device D] [--print-logits]
+ *                 [--temperature T] [--seed S] [--device D] [--print-logits] [--mmap]
  *
  * PROMPT_IDS is comma-separated ("464,3290,318"). Prints the new token ids
  * on one line, comma-separated (after the prompt's logits, one position per
@@ -202,18 +202,19 @@ static int64_t forward(Model *m, const uint32_t *ids, int64_t T, int64_t past, i
 
 static void usage(void) {
     fprintf(stderr, "usage: gpt2_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P] [--temperature T] "
-                    "[--seed S] [--device D] [--print-logits]\n");
+                    "[--seed S] [--device D] [--print-logits] [--mmap]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     if (argc < 4) usage();
-    int topk = 0, want_logits = 0;
+    int topk = 0, want_logits = 0, keep_mapped = 0;
     double temperature = 1.0, topp = 0;
     long long seed = 0;
     const char *device = "cpu";
     for (int i = 4; i < argc; i++) {
         if (!strcmp(argv[i], "--print-logits")) want_logits = 1;
+        else if (!strcmp(argv[i], "--mmap")) keep_mapped = 1;
         else if (i + 1 >= argc) usage();
         else if (!strcmp(argv[i], "--topk")) topk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--topp")) topp = atof(argv[++i]);
@@ -231,6 +232,7 @@ int main(int argc, char **argv) {
     if (enkai_set_grad_enabled(0) < 0) fail("set_grad_enabled");
     if (enkai_tensor_manual_seed(seed)) fail("manual_seed");
     int64_t dev = must(enkai_tensor_device(device), "device");
+    copy_weights = !keep_mapped && !strcmp(device, "cpu");
     Model m = load(argv[1], dev);
 
     size_t T;

@@ -45,13 +45,24 @@ static int64_t then(int64_t old, int64_t next) {
     return next;
 }
 
+/* Whether `get` copies each weight out of the file's mapping (set by main:
+ * on the CPU unless --mmap). On the CPU `enkai_safetensors_get` returns a
+ * view of the mapping, on the page cache's 4 KiB pages; the library's own
+ * large buffers sit on huge pages, which one core reads faster. A step at
+ * batch 1 reads every weight once, so its speed is that read rate: for
+ * GPT-2-small on the native backend at 1 thread, 20.0-23.5 tokens/s with
+ * copies against 17.0-19.6 from the mapping (five alternating runs each;
+ * the libtorch backend, 16.6-18.7 against 16.2-17.5). --mmap keeps the
+ * views: no copy at load, and the page cache is the only copy in memory. */
+MAYBE_UNUSED static int copy_weights;
+
 /* The tensor `prefix` + `name` of an open safetensors file, or exit naming it. */
 MAYBE_UNUSED static int64_t get(int64_t st, const char *prefix, const char *name, int64_t dev) {
     char full[256];
     snprintf(full, sizeof full, "%s%s", prefix, name);
     int64_t t = enkai_safetensors_get(st, full, dev);
     if (!t) fail(full);
-    return t;
+    return copy_weights ? then(t, op("clone", &t, 1, NULL)) : t;
 }
 
 /* `length` positions of `t` along `dim` from `start` (a view). */

@@ -6,7 +6,7 @@
  *
  *   llama_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P]
  *                  [--temperature T] [--seed S] [--device D] [--threads N]
- *                  [--no-cache] [--print-logits] [--mem-report N]
+ *                  [--no-cache] [--print-logits] [--mmap] [--mem-report N]
  *                  [--quantize q8_0|qint8]
  *
  * The model: RMSNorm (`rms_norm`), rotary position embeddings with the
@@ -295,19 +295,20 @@ static long long rss_kb(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: llama_generate MODEL_DIR PROMPT_IDS N_NEW [--topk K] [--topp P] [--temperature T] "
-                    "[--seed S] [--device D] [--threads N] [--no-cache] [--print-logits] [--mem-report N] "
+                    "[--seed S] [--device D] [--threads N] [--no-cache] [--print-logits] [--mmap] [--mem-report N] "
                     "[--quantize q8_0|qint8]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     if (argc < 4) usage();
-    int topk = 0, want_logits = 0, no_cache = 0;
+    int topk = 0, want_logits = 0, keep_mapped = 0, no_cache = 0;
     double temperature = 1.0, topp = 0;
     long long seed = 0, threads = 0, mem_every = 0;
     const char *device = "cpu", *scheme = NULL;
     for (int i = 4; i < argc; i++) {
         if (!strcmp(argv[i], "--print-logits")) want_logits = 1;
+        else if (!strcmp(argv[i], "--mmap")) keep_mapped = 1;
         else if (!strcmp(argv[i], "--no-cache")) no_cache = 1;
         else if (i + 1 >= argc) usage();
         else if (!strcmp(argv[i], "--topk")) topk = atoi(argv[++i]);
@@ -331,6 +332,7 @@ int main(int argc, char **argv) {
     if (threads && enkai_set_num_threads(threads)) fail("set_num_threads");
     if (enkai_tensor_manual_seed(seed)) fail("manual_seed");
     int64_t dev = must(enkai_tensor_device(device), "device");
+    copy_weights = !keep_mapped && !strcmp(device, "cpu");
 
     /* The ids first (the cache's size depends on them), checked against the
      * vocabulary once the config is read. */

@@ -182,6 +182,17 @@ def test_gpt2_bf16_follows_transformers_in_bf16(gpt2, tmp_path):
     assert all(s[t] >= s.max() - atol for s, t in zip(steps, tokens))
 
 
+@pytest.mark.parametrize("program", ["gpt2_generate", "llama_generate"])
+def test_weights_read_in_place_with_mmap_give_the_same_bits(gpt2, llama, program):
+    """--mmap computes on views of the file's mapping instead of copies of
+    each weight (the default on the CPU): the same logits, to the last
+    printed digit, and the same tokens."""
+    path = gpt2[1] if program == "gpt2_generate" else llama[1]
+    copied = run(path, 16, "--print-logits", program=program)
+    mapped = run(path, 16, "--print-logits", "--mmap", program=program)
+    assert generated(mapped) == generated(copied)
+
+
 # ---------------------------------------------------------------- Llama
 
 def llama_run(model_dir, *args):
