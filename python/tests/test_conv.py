@@ -64,14 +64,14 @@ def test_max_pool2d_return_indices_is_max_pool2d_with_indices(backend):
 # Shapes that take each of the native kernel's paths: images whose
 # unrolled columns fit one block (the products split across the pool, or
 # the images), and images unrolled in blocks of output rows (64 channels
-# of 16x16 unroll to 590 KB: blocks of 7, 7 and 2 rows at 256 KiB a
-# block; 256 channels of 12x12, 2 rows a block), with groups, stride and
+# of 40x40 unroll to 3.7 MB: blocks of 11, 11, 11 and 7 rows at 1 MiB a
+# block; 256 channels of 12x12, 9 and 3 rows), with groups, stride and
 # dilation, at 1 and 2 threads.
 CONV_PATHS = [
     ((130, 1, 8, 8), (16, 1, 3, 3), {"padding": [1, 1]}),
     ((9, 16, 4, 4), (32, 16, 3, 3), {"padding": [1, 1]}),
     ((6, 4, 7, 6), (6, 2, 3, 2), {"groups": 2, "stride": [2, 1], "dilation": [1, 2], "padding": [1, 0]}),
-    ((3, 64, 16, 16), (64, 64, 3, 3), {"padding": [1, 1]}),
+    ((2, 64, 40, 40), (64, 64, 3, 3), {"padding": [1, 1]}),
     ((2, 64, 16, 16), (32, 32, 3, 3), {"groups": 2, "stride": [2, 2]}),
     ((2, 256, 12, 12), (8, 256, 3, 3), {"padding": [1, 1]}),
 ]
