@@ -215,7 +215,7 @@ unary!(gelu_none, "GeluBackward0", [], |x, p| x * c::<T>(0.5) * (T::one() + (x *
 });
 unary!(gelu_tanh, "GeluBackward0", [], |x, p| {
     let inner = c::<T>(0.7978845608028654) * (x + c::<T>(0.044715) * x * x * x);
-    c::<T>(0.5) * x * (T::one() + inner.tanh())
+    c::<T>(0.5) * x * inner.one_plus_tanh()
 }, |g, x, y, p| {
     let (beta, kappa) = (c::<T>(0.7978845608028654), c::<T>(0.044715));
     let t = (beta * (x + kappa * x * x * x)).tanh();
