@@ -164,7 +164,7 @@ fuzz: build build/capi/fuzz
 	build/capi/fuzz 1000000
 
 # Benchmarks print ratios taken in one run; they are not tests.
-bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/bench/native_ops_c build/bench/fma_peak build/examples/train_tinylm build/examples/gpt2_generate build/examples/llama_generate build/examples/llama_train build/examples/tensor_network
+bench: build notorch-build build/bench/ops_c build/bench/tinylm_c build/bench/native_c build/bench/native_ops_c build/bench/fma_peak build/bench/read_rate build/examples/train_tinylm build/examples/gpt2_generate build/examples/llama_generate build/examples/llama_train build/examples/tensor_network
 	build/bench/native_c "$$(build/bench/fma_peak)"
 	python benches/native_ops_compare.py build/bench/native_ops_c
 	python benches/conv_compare.py build/bench/fma_peak
@@ -201,6 +201,12 @@ build/bench/native_ops_c: benches/native_ops_c.c benches/bench.h include/enkai_t
 build/bench/fma_peak: benches/fma_peak.c
 	@mkdir -p $(@D)
 	$(CC) -O2 $< -o $@
+
+# One core's read rate from 4 KiB and 2 MiB pages: what bounds batch-1 decoding
+# (benches/generate_compare.py prints it beside the tokens/s).
+build/bench/read_rate: benches/read_rate.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror $< -o $@
 
 clean:
 	rm -rf build target

@@ -11,6 +11,11 @@ runs natively with int8 weights (`--quantize q8_0` and `qint8`: every
 linear layer and the head), and the prompt's logits of those runs are
 compared with the fp32 run's.
 
+A batch-1 step reads every weight once, for two flops per weight: the
+table's last line gives the weight bytes per token, the rate each side
+reads them at, and one core's read rate measured in the same run
+(build/bench/read_rate, before and after each thread count's rounds).
+
 Times cover generation only (the prompt's pass and the 128 steps), not
 loading: gpt2_generate times itself after loading the file and prints
 tokens/s; transformers is timed around `generate`. Each side has one
@@ -77,6 +82,31 @@ def transformers_eager(model, threads):
     return N_NEW / elapsed, out[0, N_PROMPT:].tolist()
 
 
+def streamed_mb(model):
+    """The weight bytes a batch-1 step reads: every parameter once (a tied
+    head once), less the tables indexed one row per token (the input
+    embedding when untied, GPT-2's learned positions)."""
+    size = lambda t: t.numel() * t.element_size()
+    total = sum(size(p) for p in model.parameters())
+    emb = model.get_input_embeddings().weight
+    if emb is not model.get_output_embeddings().weight:
+        total -= size(emb)
+    wpe = getattr(getattr(model, "transformer", None), "wpe", None)
+    if wpe is not None:
+        total -= size(wpe.weight)
+    return total / 1e6
+
+
+def read_rate():
+    """One core's read rate, (4 KiB pages, 2 MiB pages) in GB/s, from
+    benches/read_rate.c when `make bench` built it, else None."""
+    exe = Path(__file__).resolve().parents[1] / "build" / "bench" / "read_rate"
+    if not exe.exists():
+        return None
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, check=True)
+    return tuple(float(v) for v in out.stdout.split())
+
+
 def main():
     args = sys.argv[1:]
     arch = "gpt2"
@@ -101,7 +131,7 @@ def main():
 
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR", "/tmp")) as d:
         model.save_pretrained(d, safe_serialization=True)
-        rows = {}
+        rows, rates = {}, [read_rate()]
         for n in (1, 2):
             for _, f in sides:  # warm-up
                 f(n)
@@ -112,6 +142,7 @@ def main():
                     if tps > best.get(label, (0, None))[0]:
                         best[label] = (tps, tokens)
             rows[n] = best
+            rates.append(read_rate())
         logit_err = {}
         if quantized:
             import numpy as np
@@ -135,6 +166,18 @@ def main():
             tps, _ = best[label]
             cells.append(f"{tps:8.1f} ({tps / best['transformers eager'][0]:4.2f}x)")
         print(f"  {label:30} " + " ".join(f"{c:>18}" for c in cells))
+    # Batch 1 reads every weight once per token, for a few flops each: the
+    # memory's read rate bounds every side, and sets what a ratio can reach.
+    mb, one = streamed_mb(model), rows[1]
+    gbs = lambda label: one[label][0] * mb / 1e3
+    line = (f"  weights read per token: {mb:.0f} MB; at 1 thread that is {gbs('native backend'):.1f} GB/s native, "
+            f"{gbs('transformers eager'):.1f} GB/s transformers")
+    rates = [r for r in rates if r]
+    if rates:
+        small, huge = max(r[0] for r in rates), max(r[1] for r in rates)
+        line += (f"; one core's read rate in this run (benches/read_rate.c, best of {len(rates)} runs): "
+                 f"{small:.1f} GB/s from 4 KiB pages (PyTorch's tensors here), {huge:.1f} from 2 MiB pages (native's)")
+    print(line)
     for label, (mx, mean, scale) in logit_err.items():
         print(f"  {label}: prompt logits vs the fp32 run: max |diff| {mx:.4f}, mean {mean:.5f} (largest |logit| {scale:.3f})")
     # Random weights of GPT-2's init (std 0.02) leave near-ties among the

@@ -7,8 +7,9 @@
 //! 9.1-13.4 GB/s, where a plain AVX2 sum over the same bytes read 11-14 GB/s
 //! and these loops 10.5-14.7 (2-vCPU Zen 3, one thread, side by side in one
 //! run). So they are written by hand. Each reads whole weight rows front to
-//! back, four rows at a time, which is the access the hardware prefetchers
-//! follow. (A software prefetch 1-4 KiB ahead made them slower there.)
+//! back, the access the hardware prefetchers follow: the dot form one row
+//! at a time, the axpy form four. (A software prefetch 1-4 KiB ahead made
+//! them slower there.)
 //!
 //! Each output is summed in one fixed order, whatever the thread split.
 
@@ -42,9 +43,9 @@ pub unsafe fn gemv(n: usize, k: usize, y: *mut f32, ys: isize, x: *const f32, xs
             staged.as_mut_ptr()
         };
         let threads = if par::parallel(work) { par::threads() } else { 1 };
-        // Parts of whole 64-column blocks (a row's read stays a few cache
-        // lines long) or of whole groups of four rows.
-        let align = if ks == 1 { avx2::ROWS } else { 64 };
+        // Parts of whole rows, or of whole 64-column blocks (a row's read
+        // stays a few cache lines long).
+        let align = if ks == 1 { 1 } else { 64 };
         let step = n.div_ceil(threads).next_multiple_of(align);
         let (o, xp, wp) = (Ptr(out), Ptr(x as *mut f32), Ptr(w as *mut f32));
         par::for_each(n.div_ceil(step), &|i| {
@@ -77,56 +78,42 @@ pub unsafe fn gemv(n: usize, k: usize, y: *mut f32, ys: isize, x: *const f32, xs
 mod avx2 {
     use std::arch::x86_64::*;
 
-    /// Weight rows per pass, in either form.
-    pub const ROWS: usize = 4;
+    /// Weight rows per pass of the axpy form.
+    const ROWS: usize = 4;
     /// Columns of `y` kept in L1 while the axpy form runs down the rows.
     const CHUNK: usize = 2048;
 
     /// `y[j] = dot(x, w[j·ns ..][..k])` for `j < n`: the weight's rows are
     /// the outputs (`nn.Linear`'s `[out, in]`, a head tied to the embedding).
+    /// One row at a time, so that a contiguous weight is read front to back
+    /// as one stream: four rows at a time (four streams a row apart) read
+    /// GPT-2's tied head 4-7% slower and a Llama-shaped set of layers 16-24%
+    /// slower (one thread, alternating in one process; the same bits).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dots(k: usize, n: usize, y: *mut f32, x: *const f32, w: *const f32, ns: isize) {
-        let mut j = 0;
-        while j + ROWS <= n {
-            rows::<ROWS>(k, y.add(j), x, w.offset(j as isize * ns), ns);
-            j += ROWS;
-        }
-        while j < n {
-            rows::<1>(k, y.add(j), x, w.offset(j as isize * ns), ns);
-            j += 1;
+        for j in 0..n {
+            *y.add(j) = dot(k, x, w.offset(j as isize * ns));
         }
     }
 
-    /// `R` rows at once; every row's sums run in the same order for any `R`,
-    /// so a row's result does not depend on the group it fell in.
     #[inline(always)]
-    unsafe fn rows<const R: usize>(k: usize, y: *mut f32, x: *const f32, w: *const f32, ns: isize) {
-        let row: [*const f32; R] = std::array::from_fn(|r| w.offset(r as isize * ns));
-        let mut lo = [_mm256_setzero_ps(); R];
-        let mut hi = [_mm256_setzero_ps(); R];
+    unsafe fn dot(k: usize, x: *const f32, row: *const f32) -> f32 {
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         let mut p = 0;
         while p + 16 <= k {
-            let (x0, x1) = (_mm256_loadu_ps(x.add(p)), _mm256_loadu_ps(x.add(p + 8)));
-            for r in 0..R {
-                lo[r] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(row[r].add(p)), lo[r]);
-                hi[r] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(row[r].add(p + 8)), hi[r]);
-            }
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(p)), _mm256_loadu_ps(row.add(p)), lo);
+            hi = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(p + 8)), _mm256_loadu_ps(row.add(p + 8)), hi);
             p += 16;
         }
         if p + 8 <= k {
-            let x0 = _mm256_loadu_ps(x.add(p));
-            for r in 0..R {
-                lo[r] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(row[r].add(p)), lo[r]);
-            }
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(p)), _mm256_loadu_ps(row.add(p)), lo);
             p += 8;
         }
-        for r in 0..R {
-            let mut s = hsum(_mm256_add_ps(lo[r], hi[r]));
-            for q in p..k {
-                s = (*x.add(q)).mul_add(*row[r].add(q), s);
-            }
-            *y.add(r) = s;
+        let mut s = hsum(_mm256_add_ps(lo, hi));
+        for q in p..k {
+            s = (*x.add(q)).mul_add(*row.add(q), s);
         }
+        s
     }
 
     #[inline(always)]
