@@ -234,6 +234,11 @@ unsafe fn real_gemm<T: 'static + Copy + Default + Send + Sync + num_traits::Zero
         // `dst`. gemm's `alpha` scales the old dst (unread: read_dst is
         // false), `beta` the product.
         unsafe {
+            if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+                && super::sgemm::sgemm(m, n, k, d.cast(), ld as usize, false, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs)
+            {
+                return;
+            }
             gemm::gemm(m, n, k, d, 1, ld, false, a, a_cs, a_rs, b, b_cs, b_rs, T::zero(), T::one(), false, false, false, gemm::Parallelism::None)
         }
     };

@@ -20,6 +20,7 @@ mod bf16gemm;
 mod qgemm;
 pub mod quant;
 mod rng;
+mod sgemm;
 mod simd;
 mod storage;
 mod tensor;

@@ -229,6 +229,11 @@ unsafe fn real_mm<T: 'static + Copy + Default + Send + Sync + num_traits::Zero +
         }
         return;
     }
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && super::super::sgemm::sgemm(m, n, k, dst.cast(), ld, acc, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs)
+    {
+        return;
+    }
     // gemm: dst = alpha·dst + beta·a·b, dst read only when `acc`.
     gemm::gemm(m, n, k, dst, 1, ld as isize, acc, a, a_cs, a_rs, b, b_cs, b_rs, T::one(), T::one(), false, false, false, gemm::Parallelism::None)
 }
