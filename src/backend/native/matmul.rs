@@ -1,4 +1,5 @@
-//! `torch.matmul` on the `gemm` crate: 1-D operands are promoted, batch
+//! `torch.matmul` on the `gemm` crate (fp32 on AVX2-only CPUs on `sgemm`,
+//! one output row or column on `gemv`): 1-D operands are promoted, batch
 //! dims broadcast, any strides are read in place (no copies for transposed
 //! views). bf16/fp16 compute in f32 and round once, as PyTorch's CPU
 //! kernels do; integers use a plain wrapping loop.

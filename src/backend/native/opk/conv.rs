@@ -7,9 +7,10 @@
 //! a group is the matrix `[fc, ic·kh·kw]`. The three products (forward,
 //! gradient of the image side, gradient of the weight) serve both the
 //! convolution and the transposed one, whose roles of image and flat are
-//! swapped. 1-D convolutions are 2-D ones of height 1. fp32 and fp64 run on
-//! the `gemm` crate; bf16 and fp16 compute in fp32 and round once (what
-//! PyTorch's CPU kernels give); integers wrap, as PyTorch's.
+//! swapped. 1-D convolutions are 2-D ones of height 1. fp32 runs on the
+//! library's AVX2 GEMM (`sgemm`) where that is the CPU's widest level, else,
+//! as fp64, on the `gemm` crate; bf16 and fp16 compute in fp32 and round
+//! once (what PyTorch's CPU kernels give); integers wrap, as PyTorch's.
 
 use super::super::autograd::{needs_grad, record, record_saving};
 use super::super::elem::{with_elem, Arith, Elem};
@@ -170,7 +171,7 @@ fn scratch<T: Default + Clone>(g: &Geo) -> Vec<T> {
     vec![T::default(); g.k() * rows * g.ow]
 }
 
-/// The element types the products run in: fp32, fp64 (the `gemm` crate) and the integers (a wrapping loop).
+/// The element types the products run in: fp32 (`sgemm` or the `gemm` crate), fp64 (the `gemm` crate) and the integers (a wrapping loop).
 trait Num: Elem<Acc = Self> + Arith {}
 impl<T: Elem<Acc = T> + Arith> Num for T {}
 
