@@ -143,30 +143,32 @@ unsafe fn blocked(
                                 kernel_rows(kc, ar, a_rs as usize, bp, c, ld, add);
                             } else {
                                 kernel_rows(kc, ar, a_rs as usize, bp, tile.as_mut_ptr(), NR, false);
-                                for r in 0..mr {
-                                    let row = c.add(r * ld);
-                                    for j in 0..nr {
-                                        let v = tile[r * NR + j];
-                                        *row.add(j) = if add { *row.add(j) + v } else { v };
-                                    }
-                                }
+                                spill(&tile, c, ld, mr, nr, add);
                             }
                         } else if mr == MR && nr == NR {
                             kernel(kc, ap, bp, c, ld, add);
                         } else {
-                            // An edge tile: computed whole into `tile`, its valid part moved.
                             kernel(kc, ap, bp, tile.as_mut_ptr(), NR, false);
-                            for r in 0..mr {
-                                let row = c.add(r * ld);
-                                for j in 0..nr {
-                                    let v = tile[r * NR + j];
-                                    *row.add(j) = if add { *row.add(j) + v } else { v };
-                                }
-                            }
+                            spill(&tile, c, ld, mr, nr, add);
                         }
                     }
                 }
             }
+        }
+    }
+}
+
+/// An edge tile, computed whole into `tile`: its valid `mr x nr` corner
+/// written to (or, when `add`, added to) `c`.
+///
+/// # Safety
+/// `c` holds `mr` rows of `nr` floats, `ld` apart.
+#[cfg(target_arch = "x86_64")]
+unsafe fn spill(tile: &[f32; MR * NR], c: *mut f32, ld: usize, mr: usize, nr: usize, add: bool) {
+    for (r, src) in tile.chunks_exact(NR).take(mr).enumerate() {
+        let row = std::slice::from_raw_parts_mut(c.add(r * ld), nr);
+        for (d, &v) in row.iter_mut().zip(src) {
+            *d = if add { *d + v } else { v };
         }
     }
 }
