@@ -185,13 +185,12 @@ fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
 }
 
 /// `b`'s `kc x nc` block as `NR`-column panels, each `kc` rows of `NR`
-/// (the last panel padded with zeros). A column-major `b` (a transposed
-/// operand, as `linear`'s weight) is transposed 8 x 8 in registers: 86%
-/// of the peak against 66% element by element on [64, 448] x [576, 448]ᵀ.
-/// Otherwise read a row of the block at a time,
-/// front to back, where `b`'s rows are contiguous: one stream the prefetcher
-/// follows (panel by panel, each 64-byte piece of a row came from a line of
-/// its own and the packing took a fifth of a 512^3 product).
+/// (the last panel padded with zeros). Row-major `b` is read a row of the
+/// block at a time, front to back: one stream the prefetcher follows (panel
+/// by panel, each 64-byte piece of a row came from a line of its own and the
+/// packing took a fifth of a 512^3 product). Column-major `b` (a transposed
+/// operand, as `linear`'s weight) is transposed 8 x 8 in registers: 86% of
+/// the peak against 66% element by element on [64, 448] x [576, 448]ᵀ.
 #[cfg(target_arch = "x86_64")]
 unsafe fn pack_b(out: &mut [f32], b: *const f32, rs: isize, cs: isize, kc: usize, nc: usize) {
     let full = nc / NR;
@@ -202,29 +201,29 @@ unsafe fn pack_b(out: &mut [f32], b: *const f32, rs: isize, cs: isize, kc: usize
                 out[(jp * kc + p) * NR..][..NR].copy_from_slice(std::slice::from_raw_parts(src.add(jp * NR), NR));
             }
         }
-    } else if rs == 1 {
-        for jp in 0..full {
-            pack_b_columns(&mut out[jp * kc * NR..][..kc * NR], b.offset((jp * NR) as isize * cs), cs, kc);
-        }
     } else {
         for jp in 0..full {
-            let b = b.offset((jp * NR) as isize * cs);
-            for (p, row) in out[jp * kc * NR..][..kc * NR].chunks_exact_mut(NR).enumerate() {
-                let src = b.offset(p as isize * rs);
-                for (j, v) in row.iter_mut().enumerate() {
-                    *v = *src.offset(j as isize * cs);
-                }
+            let (dst, src) = (&mut out[jp * kc * NR..][..kc * NR], b.offset((jp * NR) as isize * cs));
+            if rs == 1 {
+                pack_b_columns(dst, src, cs, kc);
+            } else {
+                pack_b_strided(dst, src, rs, cs, NR);
             }
         }
     }
-    let w = nc - full * NR;
-    if w > 0 {
-        let b = b.offset((full * NR) as isize * cs);
-        for (p, row) in out[full * kc * NR..][..kc * NR].chunks_exact_mut(NR).enumerate() {
-            let src = b.offset(p as isize * rs);
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = if j < w { *src.offset(j as isize * cs) } else { 0.0 };
-            }
+    if nc > full * NR {
+        pack_b_strided(&mut out[full * kc * NR..][..kc * NR], b.offset((full * NR) as isize * cs), rs, cs, nc - full * NR);
+    }
+}
+
+/// One panel of `b` element by element: its first `w` columns from any
+/// strides, the rest zeros.
+#[cfg(target_arch = "x86_64")]
+unsafe fn pack_b_strided(panel: &mut [f32], b: *const f32, rs: isize, cs: isize, w: usize) {
+    for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
+        let src = b.offset(p as isize * rs);
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = if j < w { *src.offset(j as isize * cs) } else { 0.0 };
         }
     }
 }
@@ -323,28 +322,24 @@ unsafe fn tile<const PACKED: bool>(k: usize, a: *const f32, lda: usize, b: *cons
     }
     let (sa, sr) = if PACKED { (MR, 1) } else { (1, lda) };
     let (mut a, mut b) = (a, b);
+    // Row `r` of the tile: its `a` value broadcast, times both halves of `b`'s step.
+    macro_rules! row {
+        ($r:expr, $lo:ident, $hi:ident, $b0:ident, $b1:ident) => {
+            let x = _mm256_broadcast_ss(&*a.add($r * sr));
+            $lo = _mm256_fmadd_ps(x, $b0, $lo);
+            $hi = _mm256_fmadd_ps(x, $b1, $hi);
+        };
+    }
     macro_rules! step {
         () => {
             let b0 = _mm256_loadu_ps(b);
             let b1 = _mm256_loadu_ps(b.add(8));
-            let x = _mm256_broadcast_ss(&*a);
-            c00 = _mm256_fmadd_ps(x, b0, c00);
-            c01 = _mm256_fmadd_ps(x, b1, c01);
-            let x = _mm256_broadcast_ss(&*a.add(sr));
-            c10 = _mm256_fmadd_ps(x, b0, c10);
-            c11 = _mm256_fmadd_ps(x, b1, c11);
-            let x = _mm256_broadcast_ss(&*a.add(2 * sr));
-            c20 = _mm256_fmadd_ps(x, b0, c20);
-            c21 = _mm256_fmadd_ps(x, b1, c21);
-            let x = _mm256_broadcast_ss(&*a.add(3 * sr));
-            c30 = _mm256_fmadd_ps(x, b0, c30);
-            c31 = _mm256_fmadd_ps(x, b1, c31);
-            let x = _mm256_broadcast_ss(&*a.add(4 * sr));
-            c40 = _mm256_fmadd_ps(x, b0, c40);
-            c41 = _mm256_fmadd_ps(x, b1, c41);
-            let x = _mm256_broadcast_ss(&*a.add(5 * sr));
-            c50 = _mm256_fmadd_ps(x, b0, c50);
-            c51 = _mm256_fmadd_ps(x, b1, c51);
+            row!(0, c00, c01, b0, b1);
+            row!(1, c10, c11, b0, b1);
+            row!(2, c20, c21, b0, b1);
+            row!(3, c30, c31, b0, b1);
+            row!(4, c40, c41, b0, b1);
+            row!(5, c50, c51, b0, b1);
             a = a.add(sa);
             b = b.add(NR);
         };
@@ -401,11 +396,17 @@ mod tests {
         };
         for &(m, n, k) in &[(1, 1, 1), (5, 15, 3), (6, 16, 256), (7, 17, 257), (145, 33, 300), (150, 40, 513), (13, 3100, 20)] {
             let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-            let b: Vec<f32> = (0..k * n).map(|_| rnd()).collect();
-            for &(ta, tb, acc) in &[(false, false, false), (true, false, true), (false, true, false), (true, true, true)] {
-                // `ta`: `a` stored column-major (a_rs = 1); `tb` likewise for `b`.
+            // Room for `b` at every other element (the third layout below).
+            let b: Vec<f32> = (0..2 * k * n).map(|_| rnd()).collect();
+            for &(ta, tb, acc) in &[(false, 0, false), (true, 0, true), (false, 1, false), (true, 1, true), (false, 2, true)] {
+                // `ta`: `a` stored column-major (a_rs = 1); `tb`: `b` row-major,
+                // column-major, or neither (every other element of a row-major `[k, 2n]`).
                 let (a_rs, a_cs) = if ta { (1, m as isize) } else { (k as isize, 1) };
-                let (b_rs, b_cs) = if tb { (1, k as isize) } else { (n as isize, 1) };
+                let (b_rs, b_cs) = match tb {
+                    0 => (n as isize, 1),
+                    1 => (1, k as isize),
+                    _ => (2 * n as isize, 2),
+                };
                 let ld = n + 3;
                 let mut d = vec![0.25f32; m * ld];
                 // SAFETY: the strides describe `a`, `b` and `d` as allocated.
