@@ -206,14 +206,6 @@ unsafe fn real_gemm<T: 'static + Copy + Default + Send + Sync + num_traits::Zero
     b: *const T, b_rs: isize, b_cs: isize,
     work: usize,
 ) {
-    if k == 0 {
-        for i in 0..m {
-            for j in 0..n {
-                *dst.offset(i as isize * ld + j as isize) = T::zero();
-            }
-        }
-        return;
-    }
     let threads = if par::parallel(work) { par::threads() } else { 1 };
     // Split across the pool by output columns (each part packs only its own
     // columns of `b`), or by rows when the product is tall and narrow; each
@@ -231,19 +223,38 @@ unsafe fn real_gemm<T: 'static + Copy + Default + Send + Sync + num_traits::Zero
         } else {
             (d.0.offset(lo as isize * ld), a.0.offset(lo as isize * a_rs), b.0, hi - lo, n)
         };
-        // SAFETY: forwarded from the caller; parts write disjoint blocks of
-        // `dst`. gemm's `alpha` scales the old dst (unread: read_dst is
-        // false), `beta` the product.
-        unsafe {
-            if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-                && super::sgemm::sgemm(m, n, k, d.cast(), ld as usize, false, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs)
-            {
-                return;
-            }
-            gemm::gemm(m, n, k, d, 1, ld, false, a, a_cs, a_rs, b, b_cs, b_rs, T::zero(), T::one(), false, false, false, gemm::Parallelism::None)
-        }
+        // SAFETY: forwarded from the caller; parts write disjoint blocks of `dst`.
+        unsafe { leaf(m, n, k, d, ld as usize, false, a, a_rs, a_cs, b, b_rs, b_cs) }
     };
     par::for_each(parts, &part);
+}
+
+/// `dst (+)= a · b` on this thread, fp32 on `sgemm` where it runs, else on
+/// the `gemm` crate; `dst` row-major with row stride `ld`, added to when
+/// `acc`. The one product under `matmul`'s parts and the convolutions'.
+///
+/// # Safety
+/// The pointers and strides describe valid views of these sizes; `dst`
+/// overlaps neither input.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn leaf<T: 'static + Copy + Default + Send + Sync + num_traits::Zero + num_traits::One>(
+    m: usize, n: usize, k: usize, dst: *mut T, ld: usize, acc: bool, a: *const T, a_rs: isize, a_cs: isize, b: *const T, b_rs: isize, b_cs: isize,
+) {
+    if k == 0 {
+        if !acc {
+            for i in 0..m {
+                std::slice::from_raw_parts_mut(dst.add(i * ld), n).fill(T::zero());
+            }
+        }
+        return;
+    }
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && super::sgemm::sgemm(m, n, k, dst.cast(), ld, acc, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs)
+    {
+        return;
+    }
+    // gemm: dst = alpha·dst + beta·a·b, dst read only when `acc`.
+    gemm::gemm(m, n, k, dst, 1, ld as isize, acc, a, a_cs, a_rs, b, b_cs, b_rs, T::one(), T::one(), false, false, false, gemm::Parallelism::None)
 }
 
 /// `torch.matmul` without recording.

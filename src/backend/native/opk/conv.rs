@@ -210,33 +210,12 @@ unsafe fn mm<T: Num>(m: usize, n: usize, k: usize, dst: *mut T, ld: usize, acc: 
         // SAFETY: forwarded; the parts write disjoint columns of `dst`.
         unsafe {
             if TypeId::of::<T>() == TypeId::of::<f32>() {
-                real_mm::<f32>(m, hi - lo, k, d.0.add(lo).cast(), ld, acc, a.0.cast(), a_rs, a_cs, b.0.offset(lo as isize * b_cs).cast(), b_rs, b_cs);
+                super::super::matmul::leaf::<f32>(m, hi - lo, k, d.0.add(lo).cast(), ld, acc, a.0.cast(), a_rs, a_cs, b.0.offset(lo as isize * b_cs).cast(), b_rs, b_cs);
             } else {
-                real_mm::<f64>(m, hi - lo, k, d.0.add(lo).cast(), ld, acc, a.0.cast(), a_rs, a_cs, b.0.offset(lo as isize * b_cs).cast(), b_rs, b_cs);
+                super::super::matmul::leaf::<f64>(m, hi - lo, k, d.0.add(lo).cast(), ld, acc, a.0.cast(), a_rs, a_cs, b.0.offset(lo as isize * b_cs).cast(), b_rs, b_cs);
             }
         }
     });
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe fn real_mm<T: 'static + Copy + Default + Send + Sync + num_traits::Zero + num_traits::One>(
-    m: usize, n: usize, k: usize, dst: *mut T, ld: usize, acc: bool, a: *const T, a_rs: isize, a_cs: isize, b: *const T, b_rs: isize, b_cs: isize,
-) {
-    if k == 0 {
-        if !acc {
-            for i in 0..m {
-                std::slice::from_raw_parts_mut(dst.add(i * ld), n).fill(T::zero());
-            }
-        }
-        return;
-    }
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-        && super::super::sgemm::sgemm(m, n, k, dst.cast(), ld, acc, a.cast(), a_rs, a_cs, b.cast(), b_rs, b_cs)
-    {
-        return;
-    }
-    // gemm: dst = alpha·dst + beta·a·b, dst read only when `acc`.
-    gemm::gemm(m, n, k, dst, 1, ld as isize, acc, a, a_cs, a_rs, b, b_cs, b_rs, T::one(), T::one(), false, false, false, gemm::Parallelism::None)
 }
 
 /// Runs `f(first, last, threads_inside)` over `0..n` tasks: across the pool
