@@ -1327,6 +1327,31 @@ static void st_get_all(int64_t f) {
     enkai_tensor_string_free(out);
 }
 
+/* All of a file's tensors in one call: a count query, or a fill with a cap
+ * that may be short, and outs that may be NULL. */
+static void st_get_all_at_once(int64_t f) {
+    int64_t dev = chance(90) ? cpu : handle(K_DEVICE), hs[64];
+    if (chance(30)) {
+        CALL(enkai_safetensors_get_all); logcall("st_get_all(%" PRId64 ", count)", f);
+        outcome(enkai_safetensors_get_all(f, dev, NULL, 0, NULL, NULL) < 0);
+        return;
+    }
+    size_t cap = chance(80) ? 64 : below(4), len = 0;
+    char *names = NULL;
+    CALL(enkai_safetensors_get_all); logcall("st_get_all(%" PRId64 ", %" PRId64 ", cap %zu)", f, dev, cap);
+    int64_t *out = chance(5) ? NULL : hs;
+    int64_t n = enkai_safetensors_get_all(f, dev, out, cap, MAYBE_NULL(&names), MAYBE_NULL(&len));
+    outcome(n < 0);
+    if (n < 0) return;
+    if (!out && cap == 0) { /* the count alone: nothing made, names untouched */
+        if (names) fail("%s: a count query wrote names", current);
+        return;
+    }
+    if ((size_t)n > cap || !names || strlen(names) != len) fail("%s: %" PRId64 " tensors for cap %zu, or bad names", current, n, cap);
+    for (int64_t i = 0; i < n; i++) model_new(hs[i]);
+    enkai_tensor_string_free(names);
+}
+
 static void st_open(const char *path) {
     CALL(enkai_safetensors_open); logcall("st_open(%.80s)", path ? path : "NULL");
     t_new(enkai_safetensors_open(path));
@@ -1389,7 +1414,8 @@ OP(safetensors) {
     char *out = NULL;
     size_t len = 0;
     int r;
-    switch (below(9)) {
+    switch (below(10)) {
+    case 9: st_get_all_at_once(f); return;
     case 0: {
         const char *path = st_path(1), *l = chance(85) ? live_tensor_list(0) : handle_list(0, K_TENSOR);
         const char *nm = l == list_buf[0] && chance(90) ? st_names(l) : hostile_string();

@@ -217,6 +217,14 @@ static void safetensors(const enkai::Device& cpu) {
     CHECK(f.get("flags", cpu).to_dtype("int64").sum().item() == 2.0);
     CHECK_THROWS(f.get("nope", cpu), E_INVALID_ARG);
     CHECK_THROWS(f.info("nope"), E_INVALID_ARG);
+    {
+      // All at once: the same names in the same order, the same values.
+      auto all = f.all(cpu);
+      CHECK(all.size() == 4 && all[0].first == odd && all[1].first == "w" && all[3].first == "flags");
+      CHECK((all[0].second.to_vector<int64_t>() == std::vector<int64_t>{-1, 0, 1LL << 40}));
+      CHECK((all[1].second.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, -6.5f}));
+      CHECK(enkai::live().tensors >= base.tensors + 5);
+    }
     CHECK_THROWS(f.get(std::string("w\0x", 3), cpu), E_INVALID_ARG);
 
     // Move-only: the handle moves; a tensor outlives the file it came from.

@@ -63,6 +63,22 @@ typedef struct {
     Layer *layer;
 } Model;
 
+/* A Conv1D weight [in, out] copied as [out, in] (each output's weights one
+ * contiguous row) and returned as its [in, out] transpose: the same tensor
+ * to `enkai_tensor_linear`, which then takes a dot product per output row.
+ * A batch-1 step of the native backend reads such a weight as four
+ * sequential streams; the input-major layout it reads a few adjacent rows
+ * at a time, accumulating each output column. GPT-2-small on the native
+ * backend at 1 thread: 30.8-34.1 tokens/s so, against 24.0-28.4 with the
+ * file's layout (three alternating runs each; the same tokens). Only when
+ * the weights are copied anyway (not --mmap). */
+static int64_t out_major(int64_t w) {
+    int64_t t = must(enkai_tensor_transpose(w, 0, 1), "transpose");
+    drop(w);
+    int64_t c = then(t, op("contiguous", &t, 1, NULL));
+    return then(c, must(enkai_tensor_transpose(c, 0, 1), "transpose"));
+}
+
 static Model load(const char *dir, int64_t dev) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -99,6 +115,8 @@ static Model load(const char *dir, int64_t dev) {
             char name[128];
             snprintf(name, sizeof name, "h.%lld.%s", (long long)i, suffix[s]);
             *slot[s] = get(st, pre, name, dev);
+            int conv1d = s == 2 || s == 4 || s == 8 || s == 10;
+            if (copy_weights && conv1d) *slot[s] = out_major(*slot[s]);
         }
     }
     /* Every tensor holds its own mapping of the file: the handle can go now. */

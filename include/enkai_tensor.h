@@ -1518,6 +1518,30 @@ int enkai_safetensors_info(int64_t st, const char *name, char **out, size_t *out
 int64_t enkai_safetensors_get(int64_t st, const char *name, int64_t dev);
 
 /**
+ * Every tensor of `st` on device `dev`, in file order, each as
+ * `enkai_safetensors_get` makes it, in one call: the tensors
+ * `enkai_safetensors_names` lists, less the scales of the file's qint8
+ * tensors (`<name>.scale`), which come inside their tensor. Writes the
+ * handles (owned by the caller) to `out[0..n]` and their names, a JSON
+ * array in the same order, to `*names` (as `enkai_safetensors_names`), and
+ * returns `n`. With `out` NULL and `cap` 0 it only returns `n`, makes
+ * nothing and leaves `names` untouched (which may then be NULL). Returns
+ * -1 with `E_NULL_POINTER`, `E_INVALID_ARG` (more tensors than `cap`) or
+ * any error of `enkai_safetensors_get`; on error nothing is made and the
+ * outs are untouched.
+ *
+ * # Safety
+ * `out` is NULL or valid for `cap` writes; `names` and `names_len` are NULL
+ * or valid for one write.
+ */
+int64_t enkai_safetensors_get_all(int64_t st,
+                                  int64_t dev,
+                                  int64_t *out,
+                                  size_t cap,
+                                  char **names,
+                                  size_t *names_len);
+
+/**
  * Writes the file's `__metadata__` map to `*out` as a JSON object of
  * strings (`{}` when it has none); outputs as `enkai_safetensors_names`.
  * Returns 0, or 1 with `E_NULL_POINTER`, `E_HANDLE_*`.

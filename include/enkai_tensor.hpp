@@ -852,6 +852,27 @@ class SafetensorsFile {
   Tensor get(const std::string& name, const Device& d) const {
     return Tensor::adopt(enkai_safetensors_get(h_, detail::c_arg(name, "name"), d.handle()));
   }
+  /// Every tensor by name, in file order, each as `get` makes it, in one
+  /// call (a qint8 tensor's scales come inside it). Throws as `get`.
+  std::vector<std::pair<std::string, Tensor>> all(const Device& d) const {
+    int64_t n = enkai_safetensors_get_all(h_, d.handle(), nullptr, 0, nullptr, nullptr);
+    if (n < 0) detail::throw_last_error();
+    std::vector<int64_t> hs(static_cast<std::size_t>(n));
+    std::vector<Tensor> ts;
+    std::string json = detail::out_string([&](char** p, std::size_t* len) {
+      int64_t got = enkai_safetensors_get_all(h_, d.handle(), hs.data(), hs.size(), p, len);
+      for (int64_t i = 0; i < got; i++) ts.push_back(Tensor::adopt(hs[static_cast<std::size_t>(i)]));
+      return got < 0 ? 1 : 0;
+    });
+    std::vector<std::pair<std::string, Tensor>> out;
+    detail::JsonReader r(json);
+    r.sequence('[', ']', [&] {
+      std::string name = r.string();
+      out.emplace_back(std::move(name), std::move(ts.at(out.size())));
+    });
+    r.end();
+    return out;
+  }
   /// The file's `__metadata__` (empty when it has none).
   std::map<std::string, std::string> metadata() const {
     std::string json =

@@ -156,6 +156,7 @@ SIGNATURES = {
     "enkai_safetensors_names": (c_int, [c_i64, c_char_pp, c_size_p]),
     "enkai_safetensors_info": (c_int, [c_i64, c_str, c_char_pp, c_size_p]),
     "enkai_safetensors_get": (c_i64, [c_i64, c_str, c_i64]),
+    "enkai_safetensors_get_all": (c_i64, [c_i64, c_i64, ctypes.POINTER(c_i64), c_size, c_char_pp, c_size_p]),
     "enkai_safetensors_metadata": (c_int, [c_i64, c_char_pp, c_size_p]),
     "enkai_safetensors_save": (c_int, [c_str, c_str, c_str, c_str]),
     "enkai_onnx_trace_begin": (c_int, []),

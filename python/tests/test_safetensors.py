@@ -435,6 +435,56 @@ def test_handles_and_pointers(tmp_path):
     assert live() == base
 
 
+def test_every_tensor_in_one_call(tmp_path):
+    """enkai_safetensors_get_all: the count, then every tensor as `get` makes
+    each, in file order; a failure makes nothing and writes no out."""
+    ref = {"w": sample(torch.float32, (3, 5)), "ids": sample(torch.int64, (4,), seed=1),
+           "empty": sample(torch.bfloat16, (0, 2)), "s": sample(torch.float64, ())}
+    path = tmp_path / "all.safetensors"
+    safetensors.torch.save_file(ref, path)
+    get_all, dev = lib.enkai_safetensors_get_all, et.device().handle
+    base = live()
+    h = lib.enkai_safetensors_open(os.fsencode(path))
+    opened = {**base, "safetensors": base["safetensors"] + 1}
+    assert get_all(h, dev, None, 0, None, None) == 4 and live() == opened
+    out, names, n = (ctypes.c_int64 * 6)(), ctypes.c_char_p(), ctypes.c_size_t(7)
+    refused = [((h, dev, out, 3, ctypes.byref(names), ctypes.byref(n)), "E_INVALID_ARG"),  # cap short of 4
+               ((h, dev, None, 4, ctypes.byref(names), ctypes.byref(n)), "E_NULL_POINTER"),
+               ((h, dev, out, 6, None, ctypes.byref(n)), "E_NULL_POINTER"),
+               ((h, dev, out, 6, ctypes.byref(names), None), "E_NULL_POINTER"),
+               ((h, 0, out, 6, ctypes.byref(names), ctypes.byref(n)), "E_HANDLE_INVALID"),
+               ((dev, dev, out, 6, ctypes.byref(names), ctypes.byref(n)), "E_HANDLE_KIND"),
+               ((h + 1, dev, None, 0, None, None), "E_HANDLE_")]
+    for args, code in refused:
+        assert get_all(*args) == -1
+        assert lib.enkai_tensor_last_error().decode().startswith(code), (args, lib.enkai_tensor_last_error())
+    assert list(out) == [0] * 6 and names.value is None and n.value == 7 and live() == opened
+    assert get_all(h, dev, out, 6, ctypes.byref(names), ctypes.byref(n)) == 4
+    listed = json.loads(ctypes.string_at(names, n.value))
+    lib.enkai_tensor_string_free(names)
+    assert out[4] == 0 and out[5] == 0
+    got = dict(zip(listed, map(et.Tensor._from_handle, out[:4])))
+    with st.safe_open(path) as f:
+        assert listed == f.keys()
+        for name, t in ref.items():
+            bitwise(got[name], t)
+            bitwise(f.get_tensor(name), t)  # a second get of a name: its own mapping
+    assert lib.enkai_safetensors_free(h) == 0
+    del got
+    assert live() == base
+    # A tensor that cannot be made after others that were: none is left.
+    bad = forge(tmp_path / "bad.safetensors", {
+        "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+        "q": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [4, 6]}}, b"\0" * 6)
+    with st.safe_open(bad) as f:
+        code, msg = error_of(get_all, f.handle, dev, out, 6, ctypes.byref(names), ctypes.byref(n))
+        assert code == "E_DTYPE" and "q" in msg, msg
+        assert live() == opened
+    with pytest.raises(et.EnkaiError, match="E_DTYPE"):
+        st.load_file(bad)
+    assert live() == base
+
+
 # ------------------------------------------------------------------ saving
 
 

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use super::{guard, status, str_arg, OutStr};
+use super::{guard, guard_or, status, str_arg, OutStr};
 use crate::registry::SAFETENSORS;
 use crate::safetensors::file;
 
@@ -87,6 +87,39 @@ pub unsafe extern "C" fn enkai_safetensors_info(st: i64, name: *const c_char, ou
 #[no_mangle]
 pub unsafe extern "C" fn enkai_safetensors_get(st: i64, name: *const c_char, dev: i64) -> i64 {
     guard(|| file::get(st, unsafe { str_arg(name, "name")? }, dev))
+}
+
+/// Every tensor of `st` on device `dev`, in file order, each as
+/// `enkai_safetensors_get` makes it, in one call: the tensors
+/// `enkai_safetensors_names` lists, less the scales of the file's qint8
+/// tensors (`<name>.scale`), which come inside their tensor. Writes the
+/// handles (owned by the caller) to `out[0..n]` and their names, a JSON
+/// array in the same order, to `*names` (as `enkai_safetensors_names`), and
+/// returns `n`. With `out` NULL and `cap` 0 it only returns `n`, makes
+/// nothing and leaves `names` untouched (which may then be NULL). Returns
+/// -1 with `E_NULL_POINTER`, `E_INVALID_ARG` (more tensors than `cap`) or
+/// any error of `enkai_safetensors_get`; on error nothing is made and the
+/// outs are untouched.
+///
+/// # Safety
+/// `out` is NULL or valid for `cap` writes; `names` and `names_len` are NULL
+/// or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn enkai_safetensors_get_all(st: i64, dev: i64, out: *mut i64, cap: usize, names: *mut *mut c_char, names_len: *mut usize) -> i64 {
+    guard_or(-1, || unsafe {
+        if out.is_null() {
+            if cap == 0 {
+                return Ok(file::count_all(st)? as i64);
+            }
+            crate::bail!(E_NULL_POINTER, "out is NULL");
+        }
+        let names = OutStr::new(names, names_len)?;
+        let (list, made) = file::get_all(st, dev, cap)?;
+        names.write(&list)?;
+        let handles = made.keep();
+        std::ptr::copy_nonoverlapping(handles.as_ptr(), out, handles.len());
+        Ok(handles.len() as i64)
+    })
 }
 
 /// Writes the file's `__metadata__` map to `*out` as a JSON object of

@@ -40,12 +40,22 @@ pub struct SafeFile {
 }
 
 impl SafeFile {
-    /// The entry of `name` in the file's list of quantized tensors, if any.
-    fn quantized(&self, name: &str) -> Result<Option<serde_json::Value>> {
+    /// The file's list of quantized tensors (`quant::META_KEY`), if any.
+    fn quantized(&self) -> Result<Option<serde_json::Value>> {
         let Some(list) = self.metadata.get(quant::META_KEY) else { return Ok(None) };
-        let v: serde_json::Value = serde_json::from_str(list)
-            .map_err(|e| crate::err!(E_CKPT_FORMAT, "{}: metadata {:?} is not JSON: {e}", self.path, quant::META_KEY))?;
-        Ok(v.get(name).cloned())
+        serde_json::from_str(list)
+            .map(Some)
+            .map_err(|e| crate::err!(E_CKPT_FORMAT, "{}: metadata {:?} is not JSON: {e}", self.path, quant::META_KEY))
+    }
+
+    /// The layouts `get_all` returns, in file order: all but the scales of
+    /// qint8 tensors, which come inside their tensor.
+    fn listed<'f>(&'f self, quantized: Option<&serde_json::Value>) -> Vec<(usize, &'f Layout)> {
+        let scale_of = |name: &str| {
+            let q = quantized?.get(name.strip_suffix(quant::SCALE_SUFFIX)?)?;
+            (q.get("dtype").and_then(|d| d.as_str()) == Some("qint8")).then_some(())
+        };
+        self.layouts.iter().enumerate().filter(|(_, l)| scale_of(&l.name).is_none()).collect()
     }
 
     fn layout(&self, name: &str) -> Result<&Layout> {
@@ -224,6 +234,28 @@ unsafe extern "C" fn release_view(ctx: *mut c_void) {
     }
 }
 
+/// What each tensor of one call needs and is checked once per call: the
+/// target backend and device, the file's length now, and its list of
+/// quantized tensors.
+struct Target {
+    b: crate::backend::BackendId,
+    d: Device,
+    now: u64,
+    quantized: Option<serde_json::Value>,
+}
+
+impl Target {
+    fn new(f: &SafeFile, dev: i64) -> Result<Target> {
+        let (b, d) = tensor::target(dev)?;
+        let now = f.file.metadata().map_err(|e| fsutil::io_err("stat", Path::new(&f.path), e))?.len();
+        Ok(Target { b, d, now, quantized: f.quantized()? })
+    }
+
+    fn quantized(&self, name: &str) -> Option<&serde_json::Value> {
+        self.quantized.as_ref()?.get(name)
+    }
+}
+
 /// Tensor `name` of file `st` on device `dev`, made by the active backend.
 /// On the CPU it is the file's bytes in place, through a private mapping
 /// (see `Mapping`), alive as long as the tensor and its views, even after
@@ -234,20 +266,51 @@ unsafe extern "C" fn release_view(ctx: *mut c_void) {
 pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
     let f = SAFETENSORS.get(st)?;
     let i = f.index(name)?;
+    get_one(&f, i, &Target::new(&f, dev)?)
+}
+
+/// How many tensors `get_all` returns for `st`.
+pub fn count_all(st: i64) -> Result<usize> {
+    let f = SAFETENSORS.get(st)?;
+    Ok(f.listed(f.quantized()?.as_ref()).len())
+}
+
+/// Every tensor of file `st` on device `dev` as `get` makes each (qint8
+/// scales inside their tensor), in file order, at most `cap` of them: their
+/// names as a JSON array and their handles, released unless kept. One call
+/// where a loop of `get`s would pay the checks, and a caller's per-call
+/// cost, per tensor.
+pub fn get_all(st: i64, dev: i64, cap: usize) -> Result<(String, tensor::Made)> {
+    let f = SAFETENSORS.get(st)?;
+    let t = Target::new(&f, dev)?;
+    let listed = f.listed(t.quantized.as_ref());
+    if listed.len() > cap {
+        crate::bail!(E_INVALID_ARG, "{}: {} tensors, more than cap ({cap})", f.path, listed.len());
+    }
+    let mut made = tensor::Made(Vec::with_capacity(listed.len()));
+    for &(i, _) in &listed {
+        made.0.push(get_one(&f, i, &t)?);
+    }
+    let names = serde_json::Value::from(listed.iter().map(|(_, l)| l.name.as_str()).collect::<Vec<_>>()).to_string();
+    Ok((names, made))
+}
+
+/// Tensor `i` of `f` for `get` and `get_all`.
+fn get_one(f: &SafeFile, i: usize, t: &Target) -> Result<i64> {
     let l = &f.layouts[i];
-    if let Some(meta) = f.quantized(name)? {
-        return get_quantized(&f, l, &meta, dev);
+    let name = &l.name;
+    if let Some(meta) = t.quantized(name) {
+        return get_quantized(f, l, meta, t);
     }
     let dtype = l.dtype()?;
-    let (b, d) = tensor::target(dev)?;
+    let (b, d) = (t.b, t.d);
     let len = usize::try_from(l.end - l.begin).map_err(|_| crate::err!(E_RESOURCE, "tensor {name:?} is larger than the address space"))?;
     if len == 0 {
         return tensor::register(b, imp::from_bytes(b, &[], &l.shape, dtype, d)?);
     }
     // Mapping past the end of a file that shrank since `open` would fault at the first touch.
-    let now = f.file.metadata().map_err(|e| fsutil::io_err("stat", Path::new(&f.path), e))?.len();
-    if now < f.data_start + l.end {
-        crate::bail!(E_CKPT_FORMAT, "{}: the file shrank to {now} bytes since it was opened", f.path);
+    if t.now < f.data_start + l.end {
+        crate::bail!(E_CKPT_FORMAT, "{}: the file shrank to {} bytes since it was opened", f.path, t.now);
     }
     let map_own = || Mapping::new(&f.file, f.data_start + l.begin, len).map_err(|e| fsutil::io_err("map", Path::new(&f.path), e));
     let src = match f.shared() {
@@ -295,8 +358,8 @@ pub fn get(st: i64, name: &str, dev: i64) -> Result<i64> {
 
 /// A quantized tensor (listed under `quant::META_KEY`) from its stored
 /// parts, copied out of the file: host memory, as every quantized tensor.
-fn get_quantized(f: &SafeFile, l: &Layout, meta: &serde_json::Value, dev: i64) -> Result<i64> {
-    let (b, d) = tensor::target(dev)?;
+fn get_quantized(f: &SafeFile, l: &Layout, meta: &serde_json::Value, t: &Target) -> Result<i64> {
+    let (b, d) = (t.b, t.d);
     if d != Device::Cpu {
         crate::bail!(E_DEVICE, "{}: tensor {:?} is quantized, and quantized tensors live on the CPU", f.path, l.name);
     }

@@ -7,9 +7,9 @@
 //! 9.1-13.4 GB/s, where a plain AVX2 sum over the same bytes read 11-14 GB/s
 //! and these loops 10.5-14.7 (2-vCPU Zen 3, one thread, side by side in one
 //! run). So they are written by hand. Each reads whole weight rows front to
-//! back, the access the hardware prefetchers follow: the dot form one row
-//! at a time, the axpy form four. (A software prefetch 1-4 KiB ahead made
-//! them slower there.)
+//! back, the access the hardware prefetchers follow: the dot form four rows
+//! at a time from four parts of the weight, the axpy form four adjacent
+//! rows. (A software prefetch 1-4 KiB ahead made them slower there.)
 //!
 //! Each output is summed in one fixed order, whatever the thread split.
 
@@ -81,39 +81,71 @@ mod avx2 {
     /// Weight rows per pass of the axpy form.
     const ROWS: usize = 4;
     /// Columns of `y` kept in L1 while the axpy form runs down the rows.
-    const CHUNK: usize = 2048;
+    const CHUNK: usize = 4096;
+
+    /// Rows of the dot form read at once, each from its own part of the
+    /// weight (`n / STREAMS` rows apart).
+    const STREAMS: usize = 4;
 
     /// `y[j] = dot(x, w[j·ns ..][..k])` for `j < n`: the weight's rows are
     /// the outputs (`nn.Linear`'s `[out, in]`, a head tied to the embedding).
-    /// One row at a time, so that a contiguous weight is read front to back
-    /// as one stream: four rows at a time (four streams a row apart) read
-    /// GPT-2's tied head 4-7% slower and a Llama-shaped set of layers 16-24%
-    /// slower (one thread, alternating in one process; the same bits).
+    /// Four rows at a time, each from a different quarter of the rows, so
+    /// that the weight is read as four sequential streams far apart: one
+    /// core read GPT-2's tied head (50257 x 768) at 12.7-16.7 GB/s so,
+    /// against 10.3-12.7 one row at a time and 11.9-13.6 two at a time (four
+    /// runs of a C copy of these loops, the forms alternating in each;
+    /// 2-vCPU Zen 3, 2 MiB pages). Four adjacent rows (one stream) were
+    /// slower than one. Each row's sum is the one-row sum: the same bits
+    /// whatever the grouping.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dots(k: usize, n: usize, y: *mut f32, x: *const f32, w: *const f32, ns: isize) {
-        for j in 0..n {
-            *y.add(j) = dot(k, x, w.offset(j as isize * ns));
+        let q = n / STREAMS;
+        for j in 0..q {
+            let rows: [usize; STREAMS] = std::array::from_fn(|s| j + s * q);
+            let sums = dot_rows(k, x, rows.map(|r| w.offset(r as isize * ns)));
+            for (r, v) in rows.into_iter().zip(sums) {
+                *y.add(r) = v;
+            }
+        }
+        for j in q * STREAMS..n {
+            *y.add(j) = dot_rows(k, x, [w.offset(j as isize * ns)])[0];
         }
     }
 
+    /// The dot products of `x` with each of `R` rows, each summed as a
+    /// lone row would be: two accumulators over 16-wide steps, one 8-wide
+    /// step, the horizontal sum, then the scalar tail.
     #[inline(always)]
-    unsafe fn dot(k: usize, x: *const f32, row: *const f32) -> f32 {
-        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    unsafe fn dot_rows<const R: usize>(k: usize, x: *const f32, row: [*const f32; R]) -> [f32; R] {
+        let mut lo = [_mm256_setzero_ps(); R];
+        let mut hi = [_mm256_setzero_ps(); R];
         let mut p = 0;
         while p + 16 <= k {
-            lo = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(p)), _mm256_loadu_ps(row.add(p)), lo);
-            hi = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(p + 8)), _mm256_loadu_ps(row.add(p + 8)), hi);
+            let (x0, x1) = (_mm256_loadu_ps(x.add(p)), _mm256_loadu_ps(x.add(p + 8)));
+            for i in 0..R {
+                lo[i] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(row[i].add(p)), lo[i]);
+                hi[i] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(row[i].add(p + 8)), hi[i]);
+            }
             p += 16;
         }
         if p + 8 <= k {
-            lo = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(p)), _mm256_loadu_ps(row.add(p)), lo);
+            let x0 = _mm256_loadu_ps(x.add(p));
+            for i in 0..R {
+                lo[i] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(row[i].add(p)), lo[i]);
+            }
             p += 8;
         }
-        let mut s = hsum(_mm256_add_ps(lo, hi));
-        for q in p..k {
-            s = (*x.add(q)).mul_add(*row.add(q), s);
+        // Plain loops, not closures: a closure would not inherit the
+        // caller's target features, and the intrinsics would not inline.
+        let mut out = [0f32; R];
+        for i in 0..R {
+            let mut s = hsum(_mm256_add_ps(lo[i], hi[i]));
+            for q in p..k {
+                s = (*x.add(q)).mul_add(*row[i].add(q), s);
+            }
+            out[i] = s;
         }
-        s
+        out
     }
 
     #[inline(always)]
@@ -226,6 +258,13 @@ mod tests {
                 gemv(n, k, many.as_mut_ptr(), 1, x.as_ptr(), 1, w.as_ptr(), ks, ns, usize::MAX);
             }
             assert_eq!(one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), many.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            // Each output alone (the dot form's rows grouped differently): the same bits again.
+            for j in 0..n {
+                let mut alone = 0f32;
+                // SAFETY: one output of the same view.
+                unsafe { gemv(1, k, &mut alone, 1, x.as_ptr(), 1, w.as_ptr().offset(j as isize * ns), ks, ns, 0) };
+                assert_eq!(alone.to_bits(), one[j].to_bits(), "output {j}");
+            }
         }
     }
 }
