@@ -71,7 +71,7 @@ typedef struct {
  * at a time, accumulating each output column. GPT-2-small on the native
  * backend at 1 thread: 30.8-34.1 tokens/s so, against 24.0-28.4 with the
  * file's layout (three alternating runs each; the same tokens). Only when
- * the weights are copied anyway (not --mmap). */
+ * the weights are copied anyway (not --mmap), in place of that copy. */
 static int64_t out_major(int64_t w) {
     int64_t t = must(enkai_tensor_transpose(w, 0, 1), "transpose");
     drop(w);
@@ -114,9 +114,9 @@ static Model load(const char *dir, int64_t dev) {
         for (size_t s = 0; s < 12; s++) {
             char name[128];
             snprintf(name, sizeof name, "h.%lld.%s", (long long)i, suffix[s]);
-            *slot[s] = get(st, pre, name, dev);
             int conv1d = s == 2 || s == 4 || s == 8 || s == 10;
-            if (copy_weights && conv1d) *slot[s] = out_major(*slot[s]);
+            /* out_major makes the copy itself: one copy, not a clone and then another. */
+            *slot[s] = copy_weights && conv1d ? out_major(get_view(st, pre, name, dev)) : get(st, pre, name, dev);
         }
     }
     /* Every tensor holds its own mapping of the file: the handle can go now. */

@@ -56,12 +56,19 @@ static int64_t then(int64_t old, int64_t next) {
  * views: no copy at load, and the page cache is the only copy in memory. */
 MAYBE_UNUSED static int copy_weights;
 
-/* The tensor `prefix` + `name` of an open safetensors file, or exit naming it. */
-MAYBE_UNUSED static int64_t get(int64_t st, const char *prefix, const char *name, int64_t dev) {
+/* The tensor `prefix` + `name` of an open safetensors file as the library
+ * gets it (on the CPU a view of the file's mapping), or exit naming it. */
+MAYBE_UNUSED static int64_t get_view(int64_t st, const char *prefix, const char *name, int64_t dev) {
     char full[256];
     snprintf(full, sizeof full, "%s%s", prefix, name);
     int64_t t = enkai_safetensors_get(st, full, dev);
     if (!t) fail(full);
+    return t;
+}
+
+/* `get_view`, copied when `copy_weights`. */
+MAYBE_UNUSED static int64_t get(int64_t st, const char *prefix, const char *name, int64_t dev) {
+    int64_t t = get_view(st, prefix, name, dev);
     return copy_weights ? then(t, op("clone", &t, 1, NULL)) : t;
 }
 
